@@ -1,0 +1,366 @@
+package fsm
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+var _ raft.FSM = (*FSM)(nil)
+
+// Apply applies one committed log entry. raft calls it from a single goroutine.
+// It returns the command's result (a Resource, PortLease, MemberToken, Primary
+// or SweepResult) or an error from errors.go; an error changes nothing.
+//
+// It panics on a command type it does not know unless SkipBit is set: a
+// replica that cannot apply the log must stop rather than diverge.
+func (f *FSM) Apply(l *raft.Log) interface{} {
+	cmd, known, err := Decode(l.Data)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if l.Index > f.applied {
+		f.applied = l.Index
+	}
+	if !known {
+		if len(l.Data) > 0 && CommandType(l.Data[0])&SkipBit != 0 {
+			return nil
+		}
+		var t int = -1
+		if len(l.Data) > 0 {
+			t = int(l.Data[0])
+		}
+		panic(fmt.Sprintf("fsm: unknown command type %d at index %d: this binary is older than the cluster's log", t, l.Index))
+	}
+	if err != nil {
+		return err
+	}
+	a := applier{st: f.st, term: l.Term, index: l.Index}
+	var result interface{}
+	switch c := cmd.(type) {
+	case ClaimPrimary:
+		result = a.claim(c)
+	default:
+		a.now = max(nowOf(cmd), f.st.lastNow)
+		result = a.apply(cmd)
+	}
+	// Time moves with every applied command, failed ones included: within a
+	// generation a.now >= lastNow, and only a claim may move it back.
+	f.st.lastNow = a.now
+	for t := range a.touched {
+		if a.touched[t] {
+			f.touchLocked(Table(t), l.Index)
+		}
+	}
+	return result
+}
+
+// nowOf returns the leader-stamped time of a command.
+func nowOf(cmd Command) int64 {
+	switch c := cmd.(type) {
+	case RegisterResource:
+		return c.Now
+	case HeartbeatResource:
+		return c.Now
+	case DeleteResource:
+		return c.Now
+	case AcquireLease:
+		return c.Now
+	case RenewLease:
+		return c.Now
+	case ReleaseLease:
+		return c.Now
+	case IssueToken:
+		return c.Now
+	case RevokeToken:
+		return c.Now
+	case ClaimPrimary:
+		return c.Now
+	case Sweep:
+		return c.Now
+	}
+	return 0
+}
+
+// applier applies one command to st at (term, index) with the clamped time now.
+type applier struct {
+	st      *state
+	term    uint64
+	index   uint64
+	now     int64
+	touched [numTables]bool
+}
+
+func (a *applier) apply(cmd Command) interface{} {
+	switch c := cmd.(type) {
+	case RegisterResource:
+		return a.register(c)
+	case HeartbeatResource:
+		return a.heartbeat(c)
+	case DeleteResource:
+		return a.deleteResource(c)
+	case AcquireLease:
+		return a.acquire(c)
+	case RenewLease:
+		return a.renew(c)
+	case ReleaseLease:
+		return a.release(c)
+	case IssueToken:
+		return a.issueToken(c)
+	case RevokeToken:
+		return a.revokeToken(c)
+	case Sweep:
+		return a.sweep()
+	}
+	return fmt.Errorf("%w: unhandled command %T", ErrInvalidCommand, cmd)
+}
+
+// live reports whether a record expiring at expiresAt is still live at a.now.
+func (a *applier) live(expiresAt int64) bool { return expiresAt > a.now }
+
+// claim sets the generation and rebases every TTL onto the new leader's clock:
+// a record with remaining = expiresAt − lastNow > 0 gets now + remaining +
+// grace, anything already due becomes due at now.
+func (a *applier) claim(c ClaimPrimary) interface{} {
+	if !ValidCandidate(c.Holder) || c.GraceMs < 0 {
+		return fmt.Errorf("%w: claim by %q with grace %d", ErrInvalidCommand, c.Holder, c.GraceMs)
+	}
+	a.now = c.Now
+	last := a.st.lastNow
+	rebase := func(expiresAt int64) int64 {
+		if remaining := expiresAt - last; remaining > 0 {
+			return c.Now + remaining + c.GraceMs
+		}
+		return c.Now
+	}
+	for id, r := range a.st.resources {
+		r.ExpiresAt = rebase(r.ExpiresAt)
+		a.st.resources[id] = r
+		a.touched[TableResources] = true
+	}
+	for port, l := range a.st.leases {
+		l.ExpiresAt = rebase(l.ExpiresAt)
+		a.st.leases[port] = l
+		a.touched[TableLeases] = true
+	}
+	a.st.primary = Primary{Holder: c.Holder, Generation: a.term, ClaimedAt: c.Now, Index: a.index}
+	a.touched[TablePrimary] = true
+	return a.st.primary
+}
+
+func (a *applier) register(c RegisterResource) interface{} {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if c.Caller.Machine != "" && c.Caller.Machine != c.Machine {
+		return fmt.Errorf("%w: token of machine %q cannot register for %q", ErrForbidden, c.Caller.Machine, c.Machine)
+	}
+	registeredAt := a.now
+	if old, ok := a.st.resources[c.ID]; ok && a.live(old.ExpiresAt) {
+		if c.Caller.Machine != "" && old.Machine != c.Caller.Machine {
+			return fmt.Errorf("%w: resource %q belongs to machine %q", ErrForbidden, c.ID, old.Machine)
+		}
+		registeredAt = old.RegisteredAt
+	}
+	attrs := maps.Clone(c.Attrs)
+	if attrs == nil {
+		attrs = map[string]json.RawMessage{}
+	}
+	r := Resource{
+		ID: c.ID, Kind: c.Kind, Name: c.Name, Machine: c.Machine, Owner: c.Caller.Owner,
+		Endpoint: c.Endpoint, Attrs: attrs, ObservedAt: c.ObservedAt, TTLMs: c.TTLMs,
+		RegisteredAt: registeredAt, RenewedAt: a.now, ExpiresAt: a.now + c.TTLMs, Revision: a.index,
+	}
+	a.st.resources[c.ID] = r
+	a.touched[TableResources] = true
+	return r
+}
+
+// liveResource finds a live resource the caller may change.
+func (a *applier) liveResource(id string, caller Caller) (Resource, error) {
+	r, ok := a.st.resources[id]
+	if !ok || !a.live(r.ExpiresAt) {
+		return Resource{}, fmt.Errorf("resource %q: %w", id, ErrNotFound)
+	}
+	if caller.Machine != "" && r.Machine != caller.Machine {
+		return Resource{}, fmt.Errorf("%w: resource %q belongs to machine %q", ErrForbidden, id, r.Machine)
+	}
+	return r, nil
+}
+
+func (a *applier) heartbeat(c HeartbeatResource) interface{} {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	r, err := a.liveResource(c.ID, c.Caller)
+	if err != nil {
+		return err
+	}
+	if len(c.Attrs) > 0 {
+		merged := maps.Clone(r.Attrs)
+		if merged == nil {
+			merged = map[string]json.RawMessage{}
+		}
+		maps.Copy(merged, c.Attrs)
+		if err := ValidateAttrs(merged); err != nil {
+			return err
+		}
+		r.Attrs = merged
+	}
+	r.RenewedAt = a.now
+	r.ExpiresAt = a.now + r.TTLMs
+	r.Revision = a.index
+	a.st.resources[c.ID] = r
+	a.touched[TableResources] = true
+	return r
+}
+
+func (a *applier) deleteResource(c DeleteResource) interface{} {
+	if err := ValidateResourceID(c.ID); err != nil {
+		return err
+	}
+	if _, err := a.liveResource(c.ID, c.Caller); err != nil {
+		return err
+	}
+	delete(a.st.resources, c.ID)
+	a.touched[TableResources] = true
+	return nil
+}
+
+func (a *applier) acquire(c AcquireLease) interface{} {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if c.Caller.Machine != "" && c.Caller.Machine != c.Machine {
+		return fmt.Errorf("%w: token of machine %q cannot lease for %q", ErrForbidden, c.Caller.Machine, c.Machine)
+	}
+	if c.IdempotencyKey != "" {
+		for port := c.BandStart; port <= c.BandEnd; port++ {
+			if l, ok := a.st.leases[port]; ok && a.live(l.ExpiresAt) &&
+				l.Owner == c.Caller.Owner && l.IdempotencyKey == c.IdempotencyKey {
+				return l
+			}
+		}
+	}
+	excluded := make(map[int]bool, len(c.Excluded))
+	for _, p := range c.Excluded {
+		excluded[p] = true
+	}
+	ttl := min(c.TTLMs, MaxLeaseTTLMs)
+	for port := c.BandStart; port <= c.BandEnd; port++ {
+		if excluded[port] {
+			continue
+		}
+		if old, ok := a.st.leases[port]; ok && a.live(old.ExpiresAt) {
+			continue
+		}
+		l := PortLease{
+			ID: fmt.Sprintf("port-lease:%d", port), Port: port, LeaseID: c.LeaseID,
+			Machine: c.Machine, Purpose: c.Purpose, Owner: c.Caller.Owner, TTLMs: ttl,
+			GrantedAt: a.now, RenewedAt: a.now, ExpiresAt: a.now + ttl,
+			Generation: a.term, Fence: a.index, IdempotencyKey: c.IdempotencyKey,
+		}
+		a.st.leases[port] = l
+		a.touched[TableLeases] = true
+		return l
+	}
+	return fmt.Errorf("%w: no free port in %d-%d", ErrBandExhausted, c.BandStart, c.BandEnd)
+}
+
+// heldLease finds the live lease on port held under leaseID by the caller.
+func (a *applier) heldLease(port int, leaseID string, caller Caller) (PortLease, error) {
+	l, ok := a.st.leases[port]
+	if !ok || !a.live(l.ExpiresAt) {
+		return PortLease{}, fmt.Errorf("lease on port %d: %w", port, ErrNotFound)
+	}
+	if l.LeaseID != leaseID {
+		return PortLease{}, fmt.Errorf("port %d: %w", port, ErrLeaseMismatch)
+	}
+	if caller.Admin {
+		return l, nil
+	}
+	if l.Owner != caller.Owner || (caller.Machine != "" && l.Machine != caller.Machine) {
+		return PortLease{}, fmt.Errorf("%w: lease on port %d has another owner", ErrForbidden, port)
+	}
+	return l, nil
+}
+
+func (a *applier) renew(c RenewLease) interface{} {
+	// Renewal is the owner's alone: an admin token gets no bypass here.
+	c.Caller.Admin = false
+	l, err := a.heldLease(c.Port, c.LeaseID, c.Caller)
+	if err != nil {
+		return err
+	}
+	l.RenewedAt = a.now
+	l.ExpiresAt = a.now + l.TTLMs
+	a.st.leases[c.Port] = l
+	a.touched[TableLeases] = true
+	return l
+}
+
+func (a *applier) release(c ReleaseLease) interface{} {
+	if _, err := a.heldLease(c.Port, c.LeaseID, c.Caller); err != nil {
+		return err
+	}
+	delete(a.st.leases, c.Port)
+	a.touched[TableLeases] = true
+	return nil
+}
+
+func (a *applier) issueToken(c IssueToken) interface{} {
+	if !ValidMachine(c.Machine) || !ValidSHA256(c.SHA256) {
+		return fmt.Errorf("%w: token for machine %q", ErrInvalidCommand, c.Machine)
+	}
+	if other, ok := a.st.byHash[c.SHA256]; ok && other != c.Machine {
+		return fmt.Errorf("%w: token hash already issued", ErrInvalidCommand)
+	}
+	if old, ok := a.st.tokens[c.Machine]; ok {
+		delete(a.st.byHash, old.SHA256)
+	}
+	t := MemberToken{
+		Machine:  c.Machine,
+		SHA256:   c.SHA256,
+		IssuedAt: time.UnixMilli(a.now).UTC().Format("2006-01-02T15:04:05.000Z"),
+	}
+	a.st.tokens[c.Machine] = t
+	a.st.byHash[c.SHA256] = c.Machine
+	a.touched[TableTokens] = true
+	return t
+}
+
+func (a *applier) revokeToken(c RevokeToken) interface{} {
+	t, ok := a.st.tokens[c.Machine]
+	if !ok {
+		return fmt.Errorf("token of machine %q: %w", c.Machine, ErrNotFound)
+	}
+	delete(a.st.tokens, c.Machine)
+	delete(a.st.byHash, t.SHA256)
+	a.touched[TableTokens] = true
+	return nil
+}
+
+// sweep expires every record due at a.now.
+func (a *applier) sweep() interface{} {
+	res := SweepResult{Resources: []string{}, Leases: []int{}}
+	for id, r := range a.st.resources {
+		if !a.live(r.ExpiresAt) {
+			delete(a.st.resources, id)
+			res.Resources = append(res.Resources, id)
+			a.touched[TableResources] = true
+		}
+	}
+	for port, l := range a.st.leases {
+		if !a.live(l.ExpiresAt) {
+			delete(a.st.leases, port)
+			res.Leases = append(res.Leases, port)
+			a.touched[TableLeases] = true
+		}
+	}
+	sort.Strings(res.Resources)
+	sort.Ints(res.Leases)
+	return res
+}

@@ -1,0 +1,31 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by Apply (and so by cluster.Propose) as domain outcomes. They
+// change nothing in the state. The api package maps them to HTTP statuses.
+var (
+	// ErrInvalidCommand is returned when a command body does not decode or a
+	// field fails validation (bad machine name, ttl out of range, port outside
+	// the band). Maps to 400.
+	ErrInvalidCommand = errors.New("invalid command")
+	// ErrInvalidPortLease is returned by AcquireLease for a bad request: empty
+	// machine or purpose, ttlMs <= 0, an excluded port outside the test band.
+	// It wraps ErrInvalidCommand. Maps to 400 invalid-port-lease.
+	ErrInvalidPortLease = fmt.Errorf("invalid port lease: %w", ErrInvalidCommand)
+	// ErrNotFound is returned when the resource, lease or token does not exist
+	// or has expired (expiresAt <= now). Maps to 404.
+	ErrNotFound = errors.New("not found")
+	// ErrForbidden is returned when the caller's machine or owner does not
+	// match the record's. Maps to 403.
+	ErrForbidden = errors.New("forbidden")
+	// ErrLeaseMismatch is returned when a port is held under another lease id
+	// than the one presented. Maps to 409 lease-mismatch.
+	ErrLeaseMismatch = errors.New("port is held under another lease id")
+	// ErrBandExhausted is returned by AcquireLease when every port of the band
+	// is leased or excluded. Maps to 409 port-band-exhausted.
+	ErrBandExhausted = errors.New("port band exhausted")
+)
