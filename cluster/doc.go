@@ -1,0 +1,17 @@
+// Package cluster runs the Raft node of an elanous-node candidate.
+//
+// It owns the stores (raft-boltdb/v2 for the log and stable store, a file
+// snapshot store under <data_dir>/raft), the TCP transport, bootstrap from the
+// candidate list, and leadership: on winning an election the node reads the
+// wall clock once, then stamps every command with wallAtWin + monotonic
+// elapsed time (the lease clock), so a wall-clock jump on the leader does not
+// move cluster time. Its first command after a Barrier is ClaimPrimary, which
+// sets the generation to the election's term and rebases every TTL. Only after
+// that claim is applied does the node accept writes. While it leads it
+// proposes a Sweep at each due expiry and at least every SweepInterval.
+//
+// Propose is the one write path. It merges raft's two error channels
+// (future.Error and the FSM's response) and tells apart a write that surely
+// did not happen (ErrNotLeader, ErrNoLeader, ErrNotReady) from one whose
+// outcome is unknown (ErrOutcomeUnknown). ReadIndex makes a read linearizable.
+package cluster

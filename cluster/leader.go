@@ -1,0 +1,150 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/elanous/elanous-node/fsm"
+)
+
+// leadership is the state of one term this node leads.
+type leadership struct {
+	term      uint64
+	wallAtWin int64     // Unix ms read from the wall clock once, at the win
+	monoStart time.Time // monotonic reference taken with wallAtWin
+	ready     chan struct{}
+	cancel    context.CancelFunc
+}
+
+// now is the lease clock: wallAtWin plus monotonic elapsed time.
+func (l *leadership) now() int64 { return l.wallAtWin + time.Since(l.monoStart).Milliseconds() }
+
+func (l *leadership) isReady() bool {
+	select {
+	case <-l.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// watchLeadership follows raft's leadership notifications: on a win it starts
+// the claim and sweep loop for the term, on a loss it cancels it.
+func (n *Node) watchLeadership() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.stop:
+			n.stepDown()
+			return
+		case isLeader := <-n.notifyCh:
+			n.mu.Lock()
+			n.observed++
+			n.mu.Unlock()
+			if isLeader {
+				n.stepDown()
+				n.takeLead()
+			} else {
+				n.stepDown()
+			}
+		}
+	}
+}
+
+func (n *Node) takeLead() {
+	wall := n.cfg.WallClock()
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &leadership{
+		term:      n.raft.CurrentTerm(),
+		wallAtWin: wall.UnixMilli(),
+		monoStart: time.Now(),
+		ready:     make(chan struct{}),
+		cancel:    cancel,
+	}
+	n.mu.Lock()
+	n.lead = l
+	n.elected++
+	n.mu.Unlock()
+	n.log.Info("won election", "term", l.term, "wall_ms", l.wallAtWin)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.lead1(ctx, l)
+	}()
+}
+
+func (n *Node) stepDown() {
+	n.mu.Lock()
+	l := n.lead
+	n.lead = nil
+	n.mu.Unlock()
+	if l != nil {
+		l.cancel()
+		n.log.Info("leadership ended", "term", l.term)
+	}
+}
+
+// lead1 runs one term of leadership: Barrier, ClaimPrimary, then sweeps.
+func (n *Node) lead1(ctx context.Context, l *leadership) {
+	if err := n.raft.Barrier(n.cfg.ClaimTimeout).Error(); err != nil {
+		n.log.Warn("barrier after election failed", "term", l.term, "err", err)
+		return
+	}
+	claim := fsm.ClaimPrimary{Holder: n.cfg.ID, Now: l.now(), GraceMs: n.cfg.Grace.Milliseconds()}
+	res, err := n.apply(ctx, claim, n.cfg.ClaimTimeout)
+	if err != nil {
+		n.log.Warn("claim primary failed", "term", l.term, "err", err)
+		return
+	}
+	p, _ := res.(fsm.Primary)
+	close(l.ready)
+	n.log.Info("claimed primary", "generation", p.Generation, "index", p.Index, "now_ms", claim.Now)
+	n.sweepLoop(ctx, l)
+}
+
+// sweepLoop proposes a Sweep at each due expiry and at least every
+// SweepInterval while any TTL is live.
+func (n *Node) sweepLoop(ctx context.Context, l *leadership) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for {
+		_, resCh := n.fsm.Watch(fsm.TableResources)
+		_, leaseCh := n.fsm.Watch(fsm.TableLeases)
+		next, any := n.fsm.NextExpiry()
+		var wait <-chan time.Time
+		if any {
+			d := time.Duration(next-l.now()+1) * time.Millisecond
+			d = max(0, min(d, n.cfg.SweepInterval))
+			timer.Reset(d)
+			wait = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-resCh:
+			if wait != nil && !timer.Stop() {
+				<-timer.C
+			}
+			continue
+		case <-leaseCh:
+			if wait != nil && !timer.Stop() {
+				<-timer.C
+			}
+			continue
+		case <-wait:
+		}
+		if _, err := n.apply(ctx, fsm.Sweep{Now: l.now()}, n.cfg.ClaimTimeout); err != nil {
+			if errors.Is(err, context.Canceled) || ctx.Err() != nil {
+				return
+			}
+			n.log.Warn("sweep failed", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(n.cfg.HeartbeatTimeout):
+			}
+		}
+	}
+}

@@ -1,0 +1,281 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/elanous/elanous-node/fsm"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// Candidate is one machine that may lead: its name (the Raft server ID), its
+// HTTP URL and its Raft address.
+type Candidate struct {
+	Machine string
+	URL     string
+	Raft    string
+}
+
+// Config configures a Node. Zero durations take the defaults noted.
+type Config struct {
+	ID         string      // this node's machine name; must be among Candidates
+	Candidates []Candidate // the voters; bootstrap uses them when the node has no Raft state
+	Bootstrap  bool        // bootstrap a new cluster when there is no Raft state
+
+	// DataDir holds raft/raft.db and raft/snapshots. Ignored when Stores is set.
+	DataDir string
+	// Stores overrides the on-disk stores (tests use raft's in-memory ones).
+	Stores *Stores
+	// BindAddr and Advertise are the TCP transport's addresses. Ignored when
+	// Transport is set.
+	BindAddr  string
+	Advertise string
+	// Transport overrides the TCP transport (tests use raft.InmemTransport).
+	Transport raft.Transport
+
+	HeartbeatTimeout   time.Duration // default 500ms
+	ElectionTimeout    time.Duration // default 500ms
+	LeaderLeaseTimeout time.Duration // default 250ms
+	CommitTimeout      time.Duration // default 50ms
+	SnapshotThreshold  uint64        // default 8192
+	SnapshotInterval   time.Duration // default 120s
+	TrailingLogs       uint64        // default 10240
+	MaxAppendEntries   int           // default 64
+	// Grace is added to every remaining TTL when a new leader claims; default
+	// twice the election timeout.
+	Grace time.Duration
+	// SweepInterval bounds the time between Sweeps while any TTL is live; default 5s.
+	SweepInterval time.Duration
+	// ClaimTimeout bounds the Barrier and the claim after an election; default 10s.
+	ClaimTimeout time.Duration
+
+	// WallClock is read once per election won; default the system clock.
+	WallClock func() time.Time
+	Logger    *slog.Logger // default: discard
+	LogOutput io.Writer    // where raft's own logs go; default: discard
+	LogJSON   bool         // raft logs as JSON
+}
+
+// Stores are the three raft stores of a node.
+type Stores struct {
+	Logs      raft.LogStore
+	Stable    raft.StableStore
+	Snapshots raft.SnapshotStore
+}
+
+func (c *Config) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.HeartbeatTimeout, 500*time.Millisecond)
+	def(&c.ElectionTimeout, 500*time.Millisecond)
+	def(&c.LeaderLeaseTimeout, 250*time.Millisecond)
+	def(&c.CommitTimeout, 50*time.Millisecond)
+	def(&c.SnapshotInterval, 120*time.Second)
+	def(&c.Grace, 2*c.ElectionTimeout)
+	def(&c.SweepInterval, 5*time.Second)
+	def(&c.ClaimTimeout, 10*time.Second)
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = 8192
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = 10240
+	}
+	if c.MaxAppendEntries == 0 {
+		c.MaxAppendEntries = 64
+	}
+	if c.WallClock == nil {
+		c.WallClock = systemWallClock
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// Node is one candidate's Raft node and its state machine.
+type Node struct {
+	cfg    Config
+	fsm    *fsm.FSM
+	raft   *raft.Raft
+	trans  raft.Transport
+	stores *Stores
+	closer []io.Closer
+	log    *slog.Logger
+	byID   map[string]Candidate
+
+	notifyCh chan bool
+	stop     chan struct{}
+	wg       sync.WaitGroup
+
+	stats applyStats
+
+	mu       sync.Mutex
+	lead     *leadership // non-nil while this node leads; guarded by mu
+	closed   bool        // guarded by mu
+	elected  uint64      // elections won by this node; guarded by mu
+	observed uint64      // leader changes observed; guarded by mu
+}
+
+// New opens (or creates) the node's stores, starts Raft and, when the node has
+// no Raft state and cfg.Bootstrap is set, bootstraps the cluster with every
+// candidate as a voter. Bootstrap of an existing cluster is never attempted.
+func New(cfg Config) (*Node, error) {
+	cfg.setDefaults()
+	n := &Node{
+		cfg:      cfg,
+		fsm:      fsm.New(),
+		log:      cfg.Logger.With("node", cfg.ID),
+		byID:     map[string]Candidate{},
+		notifyCh: make(chan bool, 16),
+		stop:     make(chan struct{}),
+	}
+	for _, c := range cfg.Candidates {
+		n.byID[c.Machine] = c
+	}
+	if _, ok := n.byID[cfg.ID]; !ok {
+		return nil, fmt.Errorf("node %q is not among the candidates", cfg.ID)
+	}
+	stores := cfg.Stores
+	if stores == nil {
+		s, closer, err := openStores(cfg)
+		if err != nil {
+			return nil, err
+		}
+		stores = s
+		n.closer = append(n.closer, closer)
+	}
+	trans := cfg.Transport
+	if trans == nil {
+		t, err := openTransport(cfg)
+		if err != nil {
+			n.closeStores()
+			return nil, err
+		}
+		trans = t
+	}
+	n.trans = trans
+	n.stores = stores
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = cfg.CommitTimeout
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.TrailingLogs = cfg.TrailingLogs
+	rc.MaxAppendEntries = cfg.MaxAppendEntries
+	rc.NotifyCh = n.notifyCh
+	rc.Logger = raftLogger(cfg)
+	if err := raft.ValidateConfig(rc); err != nil {
+		n.closeAll()
+		return nil, fmt.Errorf("raft config: %w", err)
+	}
+
+	has, err := raft.HasExistingState(stores.Logs, stores.Stable, stores.Snapshots)
+	if err != nil {
+		n.closeAll()
+		return nil, fmt.Errorf("inspect raft state: %w", err)
+	}
+	r, err := raft.NewRaft(rc, n.fsm, stores.Logs, stores.Stable, stores.Snapshots, trans)
+	if err != nil {
+		n.closeAll()
+		return nil, fmt.Errorf("start raft: %w", err)
+	}
+	n.raft = r
+	if !has && cfg.Bootstrap {
+		var servers []raft.Server
+		for _, c := range cfg.Candidates {
+			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(c.Machine), Address: raft.ServerAddress(c.Raft)})
+		}
+		if err := r.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			_ = r.Shutdown().Error()
+			n.closeAll()
+			return nil, fmt.Errorf("bootstrap cluster: %w", err)
+		}
+		n.log.Info("bootstrapped cluster", "candidates", len(servers))
+	}
+	n.wg.Add(1)
+	go n.watchLeadership()
+	return n, nil
+}
+
+func openStores(cfg Config) (*Stores, io.Closer, error) {
+	if cfg.DataDir == "" {
+		return nil, nil, errors.New("data dir is empty")
+	}
+	dir := filepath.Join(cfg.DataDir, "raft")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("create raft dir: %w", err)
+	}
+	bolt, err := raftboltdb.New(raftboltdb.Options{
+		Path: filepath.Join(dir, "raft.db"),
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("open raft log store %s: %w", filepath.Join(dir, "raft.db"), err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, raftLogger(cfg))
+	if err != nil {
+		_ = bolt.Close()
+		return nil, nil, fmt.Errorf("open snapshot store: %w", err)
+	}
+	return &Stores{Logs: bolt, Stable: bolt, Snapshots: snaps}, bolt, nil
+}
+
+func openTransport(cfg Config) (raft.Transport, error) {
+	adv, err := net.ResolveTCPAddr("tcp", cfg.Advertise)
+	if err != nil {
+		return nil, fmt.Errorf("raft advertise address %q: %w", cfg.Advertise, err)
+	}
+	t, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, adv, 3, 5*time.Second, raftLogger(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("raft transport on %s: %w", cfg.BindAddr, err)
+	}
+	return t, nil
+}
+
+func (n *Node) closeStores() {
+	for _, c := range n.closer {
+		_ = c.Close()
+	}
+	n.closer = nil
+}
+
+func (n *Node) closeAll() {
+	if c, ok := n.trans.(io.Closer); ok {
+		_ = c.Close()
+	}
+	n.closeStores()
+}
+
+// FSM returns the node's state machine for local reads.
+func (n *Node) FSM() *fsm.FSM { return n.fsm }
+
+// Raft returns the underlying raft instance (for metrics and tests).
+func (n *Node) Raft() *raft.Raft { return n.raft }
+
+// ID returns this node's machine name.
+func (n *Node) ID() string { return n.cfg.ID }
+
+// Candidate returns the candidate entry named machine.
+func (n *Node) Candidate(machine string) (Candidate, bool) {
+	c, ok := n.byID[machine]
+	return c, ok
+}
+
+// Candidates returns the configured candidates.
+func (n *Node) Candidates() []Candidate { return append([]Candidate(nil), n.cfg.Candidates...) }
+
+// HeartbeatTimeout returns the configured raft heartbeat timeout.
+func (n *Node) HeartbeatTimeout() time.Duration { return n.cfg.HeartbeatTimeout }

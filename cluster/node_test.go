@@ -1,0 +1,174 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/elanous/elanous-node/fsm"
+)
+
+func acquire(owner string, ttl int64) fsm.AcquireLease {
+	return fsm.AcquireLease{Caller: fsm.Caller{Owner: owner}, LeaseID: "lease-" + owner, Machine: "m1",
+		Purpose: "test", TTLMs: ttl, BandStart: 31450, BandEnd: 31499}
+}
+
+func TestNode_ElectionClaimsPrimary(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	li := tc.readyLeader()
+	leader := tc.nodes[li]
+	term := leader.raft.CurrentTerm()
+	for i, n := range tc.nodes {
+		waitFor(t, "claim applied on every node", 5*time.Second, func() bool {
+			p := n.FSM().Primary()
+			return p.Holder == leader.ID() && p.Generation == term
+		})
+		waitFor(t, "node ready", 5*time.Second, n.Ready)
+		if i != li {
+			got, ok := n.Leader()
+			if !ok || got.Machine != leader.ID() {
+				t.Errorf("node %d Leader() = %v, %v, want %s", i, got, ok, leader.ID())
+			}
+		}
+	}
+}
+
+func TestNode_ProposeOnFollowerReturnsNotLeader(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	li := tc.readyLeader()
+	fi := (li + 1) % 3
+	waitFor(t, "follower knows leader", 5*time.Second, func() bool { _, ok := tc.nodes[fi].Leader(); return ok })
+	_, err := tc.nodes[fi].Propose(context.Background(), acquire("o1", 1000))
+	if !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("Propose() on follower error = %v, want ErrNotLeader", err)
+	}
+	if err := tc.nodes[fi].ReadIndex(context.Background()); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("ReadIndex() on follower error = %v, want ErrNotLeader", err)
+	}
+	if err := tc.nodes[li].ReadIndex(context.Background()); err != nil {
+		t.Fatalf("ReadIndex() on leader error = %v", err)
+	}
+}
+
+func TestNode_ProposeReturnsDomainErrors(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	leader := tc.nodes[tc.readyLeader()]
+	ctx := context.Background()
+	res, err := leader.Propose(ctx, acquire("o1", 60_000))
+	if err != nil {
+		t.Fatalf("Propose(acquire) error = %v", err)
+	}
+	lease := res.(fsm.PortLease)
+	if lease.Port != 31450 || lease.Generation != leader.raft.CurrentTerm() || lease.Fence == 0 {
+		t.Fatalf("Propose(acquire) = %+v, want port 31450 with generation and fence", lease)
+	}
+	_, err = leader.Propose(ctx, fsm.RenewLease{Caller: fsm.Caller{Owner: "o1"}, Port: 31450, LeaseID: "other"})
+	if !errors.Is(err, fsm.ErrLeaseMismatch) {
+		t.Fatalf("Propose(renew other id) error = %v, want ErrLeaseMismatch", err)
+	}
+	_, err = leader.Propose(ctx, fsm.RenewLease{Caller: fsm.Caller{Owner: "o2"}, Port: 31450, LeaseID: lease.LeaseID})
+	if !errors.Is(err, fsm.ErrForbidden) {
+		t.Fatalf("Propose(renew other owner) error = %v, want ErrForbidden", err)
+	}
+	// The stamp comes from the leader's lease clock, not from the caller.
+	if lease.GrantedAt < time.Now().Add(-time.Minute).UnixMilli() {
+		t.Fatalf("GrantedAt = %d, want the leader's clock", lease.GrantedAt)
+	}
+}
+
+func TestNode_SweepExpiresThroughLog(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	leader := tc.nodes[tc.readyLeader()]
+	if _, err := leader.Propose(context.Background(), acquire("o1", 150)); err != nil {
+		t.Fatalf("Propose(acquire) error = %v", err)
+	}
+	for _, n := range tc.nodes {
+		waitFor(t, "lease swept on every node", 5*time.Second, func() bool {
+			_, ok := n.FSM().Lease(31450)
+			return !ok
+		})
+	}
+}
+
+// A leader cut off from the majority keeps proposing sweeps it cannot commit:
+// the majority's leases survive under the new leader, with their remaining TTL.
+func TestNode_FailoverKeepsLeasesAndDeposedSweepNeverCommits(t *testing.T) {
+	for _, skew := range []time.Duration{time.Hour, -time.Hour} {
+		t.Run(skew.String(), func(t *testing.T) {
+			tc := newTestCluster(t, 3, func(i int, c *Config) {
+				c.WallClock = func() time.Time { return time.Now().Add(time.Duration(i) * skew) }
+			})
+			li := tc.readyLeader()
+			old := tc.nodes[li]
+			res, err := old.Propose(context.Background(), acquire("o1", 30_000))
+			if err != nil {
+				t.Fatalf("Propose(acquire) error = %v", err)
+			}
+			granted := res.(fsm.PortLease)
+			for _, n := range tc.nodes {
+				waitFor(t, "lease replicated", 5*time.Second, func() bool { _, ok := n.FSM().Lease(31450); return ok })
+			}
+			tc.isolate(li)
+			ni := tc.readyLeader(li)
+			newLeader := tc.nodes[ni]
+			p := newLeader.FSM().Primary()
+			if p.Generation <= granted.Generation || p.Holder != newLeader.ID() {
+				t.Fatalf("Primary() = %+v, want a later generation than %d held by %s", p, granted.Generation, newLeader.ID())
+			}
+			lease, ok := newLeader.FSM().Lease(31450)
+			if !ok {
+				t.Fatalf("lease lost across failover")
+			}
+			remaining := lease.ExpiresAt - p.ClaimedAt
+			grace := tc.cfgs[ni].Grace.Milliseconds()
+			if grace == 0 {
+				grace = 2 * tc.cfgs[ni].ElectionTimeout.Milliseconds()
+			}
+			// The rebase keeps what was left (at most the TTL) and adds the grace.
+			if remaining <= grace || remaining > 30_000+grace {
+				t.Fatalf("remaining after claim = %d ms, want in (%d, %d]", remaining, grace, 30_000+grace)
+			}
+			// The deposed leader can no longer commit anything.
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			if _, err := old.Propose(ctx, fsm.ReleaseLease{Caller: fsm.Caller{Owner: "o1"}, Port: 31450, LeaseID: granted.LeaseID}); err == nil {
+				t.Fatalf("Propose() on deposed leader succeeded")
+			}
+			if _, ok := newLeader.FSM().Lease(31450); !ok {
+				t.Fatalf("deposed leader's release reached the majority")
+			}
+		})
+	}
+}
+
+func TestNode_NoLeaderFailsFast(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.readyLeader()
+	for i := range tc.nodes {
+		tc.isolate(i)
+	}
+	for _, n := range tc.nodes {
+		waitFor(t, "leadership lost", 5*time.Second, func() bool { return !n.IsLeader() })
+	}
+	start := time.Now()
+	_, err := tc.nodes[0].Propose(context.Background(), acquire("o1", 1000))
+	if !errors.Is(err, ErrNoLeader) && !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("Propose() without quorum error = %v, want ErrNoLeader", err)
+	}
+	if time.Since(start) > time.Second {
+		t.Logf("Propose() without quorum took %v", time.Since(start))
+	}
+}
+
+func TestNode_CloseHandsOverLeadership(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	li := tc.readyLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := tc.nodes[li].Close(ctx); err != nil {
+		t.Fatalf("Close() error = %v", err)
+	}
+	tc.nodes[li] = nil
+	tc.readyLeader(li)
+}

@@ -1,0 +1,156 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/elanous/elanous-node/fsm"
+	"github.com/hashicorp/raft"
+)
+
+// DefaultProposeTimeout bounds a Propose whose context has no deadline.
+const DefaultProposeTimeout = 10 * time.Second
+
+// Propose stamps cmd with the leader's clock, replicates it and returns the
+// FSM's result. It succeeds only on the leader once its claim is applied.
+//
+// Errors: ErrNotLeader (forward to Leader()), ErrNoLeader, ErrNotReady — none
+// of them applied anything; ErrOutcomeUnknown — it may have been applied;
+// otherwise the domain error Apply returned (package fsm's errors).
+func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (any, error) {
+	l, err := n.readyLeadership()
+	if err != nil {
+		return nil, err
+	}
+	return n.apply(ctx, fsm.Stamp(cmd, l.now()), 0)
+}
+
+// readyLeadership returns this node's leadership if its claim is applied.
+func (n *Node) readyLeadership() (*leadership, error) {
+	n.mu.Lock()
+	l, closed := n.lead, n.closed
+	n.mu.Unlock()
+	switch {
+	case closed:
+		return nil, ErrClosed
+	case l == nil:
+		if _, ok := n.Leader(); ok {
+			return nil, ErrNotLeader
+		}
+		return nil, ErrNoLeader
+	case !l.isReady():
+		return nil, ErrNotReady
+	}
+	return l, nil
+}
+
+// apply hands an encoded command to raft and waits for the outcome.
+func (n *Node) apply(ctx context.Context, cmd fsm.Command, timeout time.Duration) (any, error) {
+	data, err := fsm.Encode(cmd)
+	if err != nil {
+		return nil, err
+	}
+	if timeout == 0 {
+		timeout = DefaultProposeTimeout
+		if dl, ok := ctx.Deadline(); ok {
+			timeout = time.Until(dl)
+		}
+	}
+	if timeout <= 0 {
+		return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, context.DeadlineExceeded)
+	}
+	start := time.Now()
+	future := n.raft.Apply(data, timeout)
+	done := make(chan error, 1)
+	go func() { done <- future.Error() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, ctx.Err())
+	}
+	n.observeApply(time.Since(start), err)
+	if err != nil {
+		switch {
+		case errors.Is(err, raft.ErrNotLeader):
+			if _, ok := n.Leader(); ok {
+				return nil, ErrNotLeader
+			}
+			return nil, ErrNoLeader
+		case errors.Is(err, raft.ErrEnqueueTimeout):
+			return nil, fmt.Errorf("%w: %v", ErrNoLeader, err)
+		case errors.Is(err, raft.ErrRaftShutdown):
+			return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+		default: // ErrLeadershipLost and anything else after enqueue
+			return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+		}
+	}
+	resp := future.Response()
+	if rerr, ok := resp.(error); ok {
+		return nil, rerr
+	}
+	return resp, nil
+}
+
+// ReadIndex makes the next local read linearizable: on the leader it takes the
+// commit index, confirms leadership with a quorum and waits until the state
+// machine has applied that index. On a follower it returns ErrNotLeader (the
+// caller forwards) or ErrNoLeader.
+func (n *Node) ReadIndex(ctx context.Context) error {
+	if _, err := n.readyLeadership(); err != nil {
+		return err
+	}
+	index := n.raft.CommitIndex()
+	verify := n.raft.VerifyLeader()
+	done := make(chan error, 1)
+	go func() { done <- verify.Error() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			if _, ok := n.Leader(); ok && !errors.Is(err, raft.ErrRaftShutdown) {
+				return ErrNotLeader
+			}
+			return fmt.Errorf("%w: %v", ErrNoLeader, err)
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("%w: verify leader: %v", ErrNoLeader, ctx.Err())
+	}
+	return n.waitApplied(ctx, index)
+}
+
+// waitApplied waits until the FSM has applied every command up to index.
+// Entries that never reach the FSM (no-ops, barriers, configuration) do not
+// count: after this leader's claim every entry is a command, and the claim
+// itself is applied before the node is ready.
+func (n *Node) waitApplied(ctx context.Context, index uint64) error {
+	target := n.lastCommandAtOrBefore(index)
+	tick := time.NewTicker(200 * time.Microsecond)
+	defer tick.Stop()
+	for n.fsm.AppliedIndex() < target {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: wait for index %d: %v", ErrNoLeader, target, ctx.Err())
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// lastCommandAtOrBefore walks back from index to the last LogCommand entry.
+func (n *Node) lastCommandAtOrBefore(index uint64) uint64 {
+	store := n.logStore()
+	if store == nil {
+		return index
+	}
+	var entry raft.Log
+	for i := index; i > 0 && i+64 > index; i-- {
+		if err := store.GetLog(i, &entry); err != nil {
+			return min(index, n.fsm.AppliedIndex())
+		}
+		if entry.Type == raft.LogCommand {
+			return i
+		}
+	}
+	return n.fsm.AppliedIndex()
+}

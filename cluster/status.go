@@ -1,0 +1,195 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/elanous/elanous-node/fsm"
+	"github.com/hashicorp/raft"
+)
+
+func (n *Node) logStore() raft.LogStore {
+	if n.stores == nil {
+		return nil
+	}
+	return n.stores.Logs
+}
+
+// Leader returns the candidate this node believes leads, if any.
+func (n *Node) Leader() (Candidate, bool) {
+	_, id := n.raft.LeaderWithID()
+	if id == "" {
+		return Candidate{}, false
+	}
+	c, ok := n.byID[string(id)]
+	return c, ok
+}
+
+// IsLeader reports whether this node leads (claim applied or not).
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// Ready reports whether this node can serve: on the leader once its own claim
+// is applied; on a follower once a leader is known and that leader's claim
+// (generation = current term) is applied here.
+func (n *Node) Ready() bool {
+	if _, err := n.readyLeadership(); err == nil {
+		return true
+	}
+	leader, ok := n.Leader()
+	if !ok || n.IsLeader() {
+		return false
+	}
+	p := n.fsm.Primary()
+	return p.Holder == leader.Machine && p.Generation == n.raft.CurrentTerm()
+}
+
+// PrimaryKnown reports whether this node can vouch for the primary claim it
+// holds: it leads with its claim applied, or it follows a leader it heard
+// from within the heartbeat timeout and has applied that leader's claim.
+func (n *Node) PrimaryKnown() bool {
+	if _, err := n.readyLeadership(); err == nil {
+		return true
+	}
+	if !n.Ready() {
+		return false
+	}
+	last := n.raft.LastContact()
+	return !last.IsZero() && time.Since(last) <= n.cfg.HeartbeatTimeout
+}
+
+// LastContact returns the time since this node last heard from a leader:
+// 0 on the leader, -1 if it never did.
+func (n *Node) LastContact() time.Duration {
+	if n.IsLeader() {
+		return 0
+	}
+	last := n.raft.LastContact()
+	if last.IsZero() {
+		return -1
+	}
+	return time.Since(last)
+}
+
+// Server is one entry of the Raft configuration.
+type Server struct {
+	ID       string
+	Address  string
+	Suffrage string
+}
+
+// Status is this node's view of the cluster.
+type Status struct {
+	ID            string
+	State         string
+	Term          uint64
+	Leader        string
+	CommitIndex   uint64
+	AppliedIndex  uint64
+	LastIndex     uint64
+	LastContact   time.Duration // -1 never, 0 on the leader
+	Voter         bool
+	Ready         bool
+	Configuration []Server
+	Primary       fsm.Primary
+	Counts        fsm.Counts
+	StateHash     string
+	ElectionsWon  uint64
+	LeaderChanges uint64
+	Stats         map[string]string
+}
+
+// Status reports this node's raft view and the replicated configuration.
+func (n *Node) Status(ctx context.Context) Status {
+	st := Status{
+		ID:           n.cfg.ID,
+		State:        n.raft.State().String(),
+		Term:         n.raft.CurrentTerm(),
+		CommitIndex:  n.raft.CommitIndex(),
+		AppliedIndex: n.fsm.AppliedIndex(),
+		LastIndex:    n.raft.LastIndex(),
+		LastContact:  n.LastContact(),
+		Ready:        n.Ready(),
+		Primary:      n.fsm.Primary(),
+		Counts:       n.fsm.Counts(),
+		StateHash:    n.fsm.Hash(),
+		Stats:        n.raft.Stats(),
+	}
+	if l, ok := n.Leader(); ok {
+		st.Leader = l.Machine
+	}
+	n.mu.Lock()
+	st.ElectionsWon, st.LeaderChanges = n.elected, n.observed
+	n.mu.Unlock()
+	future := n.raft.GetConfiguration()
+	if future.Error() == nil {
+		for _, s := range future.Configuration().Servers {
+			st.Configuration = append(st.Configuration, Server{ID: string(s.ID), Address: string(s.Address), Suffrage: s.Suffrage.String()})
+			if string(s.ID) == n.cfg.ID && s.Suffrage == raft.Voter {
+				st.Voter = true
+			}
+		}
+	}
+	return st
+}
+
+// Close stops the node. A leader first hands leadership to another voter
+// (bounded by ctx) so the cluster does not wait out an election timeout.
+func (n *Node) Close(ctx context.Context) error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	n.mu.Unlock()
+	if n.IsLeader() {
+		done := make(chan error, 1)
+		go func() { done <- n.raft.LeadershipTransfer().Error() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				n.log.Warn("leadership transfer failed", "err", err)
+			} else {
+				n.log.Info("handed leadership over")
+			}
+		case <-ctx.Done():
+			n.log.Warn("leadership transfer timed out")
+		}
+	}
+	close(n.stop)
+	err := n.raft.Shutdown().Error()
+	n.wg.Wait()
+	n.closeAll()
+	if err != nil {
+		return fmt.Errorf("shutdown raft: %w", err)
+	}
+	return nil
+}
+
+// applyStats counts proposals for metrics.
+type applyStats struct {
+	mu       sync.Mutex
+	count    uint64
+	failures uint64
+	total    time.Duration
+}
+
+// ApplyStats returns the number of proposals, how many raft refused or lost,
+// and their summed latency.
+func (n *Node) ApplyStats() (count, failures uint64, total time.Duration) {
+	n.stats.mu.Lock()
+	defer n.stats.mu.Unlock()
+	return n.stats.count, n.stats.failures, n.stats.total
+}
+
+func (n *Node) observeApply(d time.Duration, err error) {
+	n.stats.mu.Lock()
+	defer n.stats.mu.Unlock()
+	n.stats.count++
+	n.stats.total += d
+	if err != nil {
+		n.stats.failures++
+	}
+}

@@ -1,0 +1,122 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// testCluster is an in-memory cluster of real raft nodes joined by InmemTransport.
+type testCluster struct {
+	t      *testing.T
+	nodes  []*Node
+	trans  []*raft.InmemTransport
+	cfgs   []Config
+	stores []*Stores
+}
+
+func fastConfig(id string, cands []Candidate) Config {
+	return Config{
+		ID: id, Candidates: cands, Bootstrap: true,
+		HeartbeatTimeout: 50 * time.Millisecond, ElectionTimeout: 50 * time.Millisecond,
+		LeaderLeaseTimeout: 50 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
+		SweepInterval: 100 * time.Millisecond,
+	}
+}
+
+func newTestCluster(t *testing.T, n int, tweak func(i int, c *Config)) *testCluster {
+	t.Helper()
+	tc := &testCluster{t: t}
+	var cands []Candidate
+	for i := 0; i < n; i++ {
+		addr, tr := raft.NewInmemTransport("")
+		tc.trans = append(tc.trans, tr)
+		cands = append(cands, Candidate{Machine: fmt.Sprintf("node-%c", 'a'+i), URL: fmt.Sprintf("http://127.0.0.1:%d", 1000+i), Raft: string(addr)})
+	}
+	for i := range tc.trans {
+		for j := range tc.trans {
+			if i != j {
+				tc.trans[i].Connect(tc.trans[j].LocalAddr(), tc.trans[j])
+			}
+		}
+	}
+	for i := 0; i < n; i++ {
+		store := raft.NewInmemStore()
+		s := &Stores{Logs: store, Stable: store, Snapshots: raft.NewInmemSnapshotStore()}
+		cfg := fastConfig(cands[i].Machine, cands)
+		cfg.Stores, cfg.Transport = s, tc.trans[i]
+		if tweak != nil {
+			tweak(i, &cfg)
+		}
+		node, err := New(cfg)
+		if err != nil {
+			t.Fatalf("New(%s) error = %v", cfg.ID, err)
+		}
+		tc.nodes, tc.cfgs, tc.stores = append(tc.nodes, node), append(tc.cfgs, cfg), append(tc.stores, s)
+	}
+	t.Cleanup(func() {
+		for _, n := range tc.nodes {
+			if n != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_ = n.Close(ctx)
+				cancel()
+			}
+		}
+	})
+	return tc
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		<-tick.C
+	}
+}
+
+// readyLeader waits for a leader whose claim is applied and returns its index.
+func (tc *testCluster) readyLeader(except ...int) int {
+	tc.t.Helper()
+	var idx int
+	waitFor(tc.t, "a ready leader", 10*time.Second, func() bool {
+		for i, n := range tc.nodes {
+			if n == nil || contains(except, i) {
+				continue
+			}
+			if _, err := n.readyLeadership(); err == nil {
+				idx = i
+				return true
+			}
+		}
+		return false
+	})
+	return idx
+}
+
+// isolate cuts node i off from every other node, both ways.
+func (tc *testCluster) isolate(i int) {
+	for j := range tc.trans {
+		if j != i {
+			tc.trans[i].Disconnect(tc.trans[j].LocalAddr())
+			tc.trans[j].Disconnect(tc.trans[i].LocalAddr())
+		}
+	}
+}
+
+func contains(xs []int, x int) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
