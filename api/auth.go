@@ -1,0 +1,136 @@
+package api
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"net/http"
+	"regexp"
+	"strings"
+
+	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/fsm"
+	"github.com/labstack/echo/v4"
+)
+
+// Scope is what a token may do; each scope includes the ones below it.
+type Scope int
+
+// Scopes, weakest first.
+const (
+	ScopeNone Scope = iota
+	ScopeQuery
+	ScopeMember
+	ScopeAdmin
+)
+
+// Identity is the authenticated caller.
+type Identity struct {
+	Scope Scope
+	// Machine is set for machine tokens: such a caller may touch only the
+	// resources and leases of its machine.
+	Machine string
+	// Owner is the token's fingerprint: the first 16 hex of its SHA-256.
+	Owner string
+}
+
+// Caller returns the fsm caller of an identity.
+func (id Identity) Caller() fsm.Caller {
+	return fsm.Caller{Owner: id.Owner, Machine: id.Machine, Admin: id.Scope == ScopeAdmin}
+}
+
+var tokenPattern = regexp.MustCompile(`^[a-f0-9]{64}$`)
+
+type clusterToken struct {
+	scope Scope
+	sum   [32]byte
+}
+
+func hashTokens(t wire.TokensFile) []clusterToken {
+	var out []clusterToken
+	for _, e := range []struct {
+		tok   string
+		scope Scope
+	}{{t.Admin, ScopeAdmin}, {t.Member, ScopeMember}, {t.Query, ScopeQuery}} {
+		if e.tok != "" {
+			out = append(out, clusterToken{scope: e.scope, sum: sha256.Sum256([]byte(e.tok))})
+		}
+	}
+	return out
+}
+
+func unauthorized(msg string) *Error {
+	return &Error{Status: http.StatusUnauthorized, Code: wire.CodeUnauthorized, Message: msg}
+}
+
+func forbidden(msg string) *Error {
+	return &Error{Status: http.StatusForbidden, Code: wire.CodeForbidden, Message: msg}
+}
+
+// authenticate resolves the bearer token of the request. Cluster tokens are
+// compared by hash in constant time; machine tokens are looked up by hash in
+// the replicated state. It never logs the token.
+func (s *Server) authenticate(r *http.Request) (Identity, error) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return Identity{}, unauthorized("missing bearer token")
+	}
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || !tokenPattern.MatchString(token) {
+		return Identity{}, unauthorized("malformed bearer token: want 64 lowercase hex characters")
+	}
+	sum := sha256.Sum256([]byte(token))
+	owner := hex.EncodeToString(sum[:8])
+	scope := ScopeNone
+	for _, ct := range s.clusterTokens {
+		if subtle.ConstantTimeCompare(ct.sum[:], sum[:]) == 1 {
+			scope = ct.scope
+		}
+	}
+	if scope != ScopeNone {
+		return Identity{Scope: scope, Owner: owner}, nil
+	}
+	if machine, ok := s.node.FSM().MachineForToken(sum); ok {
+		return Identity{Scope: ScopeMember, Machine: machine, Owner: owner}, nil
+	}
+	return Identity{}, unauthorized("unknown token")
+}
+
+// require is middleware admitting callers with at least scope.
+func (s *Server) require(scope Scope) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			id, err := s.authenticate(c.Request())
+			if err != nil {
+				return err
+			}
+			if id.Scope < scope {
+				return forbidden("token lacks the " + scopeName(scope) + " scope")
+			}
+			c.Set(identityKey, id)
+			return next(c)
+		}
+	}
+}
+
+const identityKey = "elanous.identity"
+
+func identity(c echo.Context) Identity {
+	id, _ := c.Get(identityKey).(Identity)
+	return id
+}
+
+// mayRead reports whether id may see a record of machine.
+func (id Identity) mayRead(machine string) bool { return id.Machine == "" || id.Machine == machine }
+
+func scopeName(s Scope) string {
+	switch s {
+	case ScopeQuery:
+		return "query"
+	case ScopeMember:
+		return "member"
+	case ScopeAdmin:
+		return "admin"
+	}
+	return "none"
+}

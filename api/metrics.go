@@ -1,0 +1,96 @@
+package api
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/elanous/elanous-node/cluster"
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the API's Prometheus figures plus the node's raft figures.
+type metrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	forwards *prometheus.CounterVec
+}
+
+func newMetrics(reg *prometheus.Registry, node *cluster.Node) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "elanous_http_requests_total", Help: "HTTP requests by route, method and status code.",
+		}, []string{"route", "method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "elanous_http_request_duration_seconds", Help: "HTTP request latency by route and method.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"route", "method"}),
+		forwards: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "elanous_forwards_total", Help: "Requests forwarded from this follower to the leader, by result.",
+		}, []string{"result"}),
+	}
+	reg.MustRegister(m.requests, m.duration, m.forwards,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if node == nil {
+		return m
+	}
+	gauge := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+	}
+	counter := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
+	}
+	r := node.Raft()
+	gauge("elanous_raft_term", "Current Raft term.", func() float64 { return float64(r.CurrentTerm()) })
+	gauge("elanous_raft_commit_index", "Raft commit index.", func() float64 { return float64(r.CommitIndex()) })
+	gauge("elanous_raft_applied_index", "Index of the last command the state machine applied.", func() float64 { return float64(node.FSM().AppliedIndex()) })
+	gauge("elanous_raft_last_index", "Last index in the Raft log.", func() float64 { return float64(r.LastIndex()) })
+	gauge("elanous_raft_leader", "1 when this node is the Raft leader.", func() float64 { return b2f(node.IsLeader()) })
+	gauge("elanous_ready", "1 when this node serves (leader known, its claim applied here).", func() float64 { return b2f(node.Ready()) })
+	gauge("elanous_raft_last_contact_seconds", "Seconds since the leader was last heard from (0 on the leader, -1 never).", func() float64 {
+		d := node.LastContact()
+		if d < 0 {
+			return -1
+		}
+		return d.Seconds()
+	})
+	gauge("elanous_generation", "Generation (leader term) of the applied primary claim.", func() float64 { return float64(node.FSM().Primary().Generation) })
+	gauge("elanous_resources", "Registered resources.", func() float64 { return float64(node.FSM().Counts().Resources) })
+	gauge("elanous_port_leases", "Port leases held.", func() float64 { return float64(node.FSM().Counts().Leases) })
+	gauge("elanous_member_tokens", "Machine tokens issued.", func() float64 { return float64(node.FSM().Counts().Tokens) })
+	counter("elanous_raft_leader_changes_total", "Leadership changes this node observed.", func() float64 {
+		o, _ := node.LeaderChanges()
+		return float64(o)
+	})
+	counter("elanous_propose_total", "Commands handed to Raft by this node.", func() float64 { c, _, _ := node.ApplyStats(); return float64(c) })
+	counter("elanous_propose_failures_total", "Commands Raft refused or lost.", func() float64 { _, f, _ := node.ApplyStats(); return float64(f) })
+	counter("elanous_propose_seconds_total", "Summed latency of proposals.", func() float64 { _, _, d := node.ApplyStats(); return d.Seconds() })
+	return m
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// middleware records every request's route, status and latency.
+func (m *metrics) middleware(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		route := c.Path()
+		if route == "" {
+			route = "unmatched"
+		}
+		status := c.Response().Status
+		if err != nil {
+			status, _ = toWire(err)
+		}
+		m.requests.WithLabelValues(route, c.Request().Method, strconv.Itoa(status)).Inc()
+		m.duration.WithLabelValues(route, c.Request().Method).Observe(time.Since(start).Seconds())
+		return err
+	}
+}

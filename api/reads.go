@@ -1,0 +1,138 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/cluster"
+	"github.com/elanous/elanous-node/fsm"
+	"github.com/labstack/echo/v4"
+)
+
+// MaxWait bounds a blocking query's wait (Consul's semantics).
+const MaxWait = 5 * time.Minute
+
+// prepareRead runs the read protocol before a handler reads table locally:
+// a blocking query (?index=N&wait=D) waits for the table's index to pass N,
+// then ?consistent=true makes the read linearizable (on a follower the
+// request is forwarded; handled is then true and the answer written). Last it
+// sets the read headers.
+func (s *Server) prepareRead(c echo.Context, table fsm.Table) (handled bool, err error) {
+	if err := s.block(c, table); err != nil {
+		return false, err
+	}
+	if consistent, err := boolParam(c, "consistent"); err != nil {
+		return false, err
+	} else if consistent {
+		if handled, err := s.readIndex(c); handled || err != nil {
+			return handled, err
+		}
+	}
+	s.readHeaders(c, table)
+	return false, nil
+}
+
+func boolParam(c echo.Context, name string) (bool, error) {
+	v := c.QueryParam(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, badRequest(fmt.Sprintf("query parameter %s must be true or false", name))
+	}
+	return b, nil
+}
+
+// block waits while the table's index is not above ?index.
+func (s *Server) block(c echo.Context, table fsm.Table) error {
+	raw := c.QueryParam("index")
+	if raw == "" {
+		return nil
+	}
+	min, err := strconv.ParseUint(raw, 10, 64)
+	if err != nil {
+		return badRequest("query parameter index must be a non-negative integer")
+	}
+	wait := MaxWait
+	if w := c.QueryParam("wait"); w != "" {
+		d, err := time.ParseDuration(w)
+		if err != nil {
+			ms, errMs := strconv.ParseInt(w, 10, 64)
+			if errMs != nil {
+				return badRequest("query parameter wait must be a duration like 30s")
+			}
+			d = time.Duration(ms) * time.Millisecond
+		}
+		if d < 0 || d > MaxWait {
+			return badRequest("query parameter wait must be between 0 and 5m")
+		}
+		wait = d
+	}
+	// A long wait outlives the server's write timeout: extend it for this request.
+	_ = http.NewResponseController(c.Response().Writer).SetWriteDeadline(time.Now().Add(wait + 10*time.Second))
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	ctx := c.Request().Context()
+	for {
+		index, ch := s.node.FSM().Watch(table)
+		if index > min {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// readIndex performs a linearizable read barrier, forwarding from a follower.
+func (s *Server) readIndex(c echo.Context) (handled bool, err error) {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 5*time.Second)
+	defer cancel()
+	waitUntil := time.Now().Add(3 * time.Second)
+	for {
+		err := s.node.ReadIndex(ctx)
+		switch {
+		case err == nil:
+			return false, nil
+		case errors.Is(err, cluster.ErrNotLeader):
+			if c.Request().Header.Get(wire.HeaderForwarded) != "" {
+				return false, fmt.Errorf("%w: forwarded read reached a follower", cluster.ErrNoLeader)
+			}
+			return true, s.forward(c, ctx)
+		case errors.Is(err, cluster.ErrNoLeader), errors.Is(err, cluster.ErrNotReady):
+			if !s.waitForLeader(ctx, waitUntil) {
+				return false, err
+			}
+		default:
+			return false, err
+		}
+	}
+}
+
+// readHeaders sets the headers every read carries.
+func (s *Server) readHeaders(c echo.Context, table fsm.Table) {
+	h := c.Response().Header()
+	f := s.node.FSM()
+	h.Set(wire.HeaderGeneration, strconv.FormatUint(f.Primary().Generation, 10))
+	h.Set(wire.HeaderIndex, strconv.FormatUint(f.Index(table), 10))
+	_, known := s.node.Leader()
+	h.Set(wire.HeaderKnownLeader, strconv.FormatBool(known))
+	h.Set(wire.HeaderLastContactMs, strconv.FormatInt(lastContactMs(s.node.LastContact()), 10))
+}
+
+func lastContactMs(d time.Duration) int64 {
+	if d < 0 {
+		return -1
+	}
+	return d.Milliseconds()
+}

@@ -1,0 +1,148 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/cluster"
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Band is an inclusive range of ports.
+type Band struct{ Start, End int }
+
+// Deps are what a Server needs.
+type Deps struct {
+	Node   *cluster.Node
+	Tokens wire.TokensFile // the cluster tokens (admin, member, query)
+	// Band is the test band leases are drawn from; default 31450-31499.
+	Band Band
+	// MetricsAuth makes /metrics require the query scope.
+	MetricsAuth bool
+	Logger      *slog.Logger
+	// Registry receives the API's and the node's metrics; default a new one.
+	Registry *prometheus.Registry
+	// Client forwards writes to the leader; default a pooled client.
+	Client *http.Client
+}
+
+// Server is the HTTP API of one candidate.
+type Server struct {
+	node          *cluster.Node
+	clusterTokens []clusterToken
+	band          Band
+	log           *slog.Logger
+	client        *http.Client
+	echo          *echo.Echo
+	metrics       *metrics
+	registry      *prometheus.Registry
+	httpServer    *http.Server
+}
+
+// New builds the server and its routes.
+func New(d Deps) *Server {
+	if d.Band == (Band{}) {
+		d.Band = Band{Start: 31450, End: 31499}
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if d.Registry == nil {
+		d.Registry = prometheus.NewRegistry()
+	}
+	if d.Client == nil {
+		d.Client = &http.Client{
+			Transport: &http.Transport{
+				Proxy:               nil,
+				DialContext:         (&net.Dialer{Timeout: 500 * time.Millisecond, KeepAlive: 30 * time.Second}).DialContext,
+				MaxIdleConns:        128,
+				MaxIdleConnsPerHost: 64,
+				IdleConnTimeout:     90 * time.Second,
+			},
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	s := &Server{
+		node:          d.Node,
+		clusterTokens: hashTokens(d.Tokens),
+		band:          d.Band,
+		log:           d.Logger,
+		client:        d.Client,
+		registry:      d.Registry,
+	}
+	s.metrics = newMetrics(d.Registry, d.Node)
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.errorHandler
+	e.Use(s.metrics.middleware)
+	s.echo = e
+	s.routes(d.MetricsAuth)
+	return s
+}
+
+func (s *Server) routes(metricsAuth bool) {
+	e := s.echo
+	query, member, admin := s.require(ScopeQuery), s.require(ScopeMember), s.require(ScopeAdmin)
+	e.GET("/v1/primary", s.getPrimary)
+	e.GET("/v1/health", s.getHealth)
+	e.GET("/v1/ready", s.getReady)
+	if metricsAuth {
+		e.GET("/metrics", s.getMetrics, query)
+	} else {
+		e.GET("/metrics", s.getMetrics)
+	}
+
+	e.POST("/v1/resources/register", s.registerResource, member)
+	e.POST("/v1/resources/:id/heartbeat", s.heartbeatResource, member)
+	e.DELETE("/v1/resources/:id", s.deleteResource, member)
+	e.GET("/v1/resources", s.listResources, query)
+	e.GET("/v1/resources/:id", s.getResource, query)
+
+	e.POST("/v1/leases/port", s.acquireLease, member)
+	e.POST("/v1/leases/port/:port/heartbeat", s.renewLease, member)
+	e.DELETE("/v1/leases/port/:port", s.releaseLease, member)
+	e.GET("/v1/leases/port", s.listLeases, query)
+	e.GET("/v1/leases/port/:port", s.getLease, query)
+
+	e.POST("/v1/tokens/member", s.issueToken, admin)
+	e.DELETE("/v1/tokens/member/:machine", s.revokeToken, admin)
+	e.GET("/v1/tokens/member", s.listTokens, admin)
+
+	e.GET("/v1/cluster/status", s.clusterStatus, query)
+}
+
+// Handler returns the API as an http.Handler (tests use it with httptest).
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// Serve serves the API on ln with the server timeouts of DESIGN §5 until
+// Shutdown. It returns nil after a clean shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	s.httpServer = &http.Server{
+		Handler:           s.echo,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	if err := s.httpServer.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Shutdown stops accepting requests and waits for those in flight (bounded by ctx).
+func (s *Server) Shutdown(ctx context.Context) error {
+	if s.httpServer == nil {
+		return nil
+	}
+	return s.httpServer.Shutdown(ctx)
+}

@@ -1,0 +1,90 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/fsm"
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// getPrimary answers who leads. known is true only on the leader with its
+// claim applied, or on a follower that heard from that leader within the
+// heartbeat timeout and applied its claim; otherwise the last known claim is
+// returned with known false. It takes no token.
+func (s *Server) getPrimary(c echo.Context) error {
+	if err := s.block(c, fsm.TablePrimary); err != nil {
+		return err
+	}
+	s.readHeaders(c, fsm.TablePrimary)
+	return c.JSON(http.StatusOK, s.primary())
+}
+
+func (s *Server) primary() wire.Primary {
+	p := s.node.FSM().Primary()
+	out := wire.Primary{Known: s.node.PrimaryKnown(), Holder: p.Holder, Generation: p.Generation}
+	if cand, ok := s.node.Candidate(p.Holder); ok {
+		out.URL = cand.URL
+	}
+	return out
+}
+
+func (s *Server) getHealth(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok", "machine": s.node.ID()})
+}
+
+// getReady is 200 once a leader is known and its claim is applied here.
+func (s *Server) getReady(c echo.Context) error {
+	if !s.node.Ready() {
+		if _, ok := s.node.Leader(); !ok {
+			return &Error{Status: http.StatusServiceUnavailable, Code: wire.CodeNoLeader, Message: "no leader is known"}
+		}
+		return &Error{Status: http.StatusServiceUnavailable, Code: wire.CodeNotReady, Message: "the leader's claim is not applied here yet"}
+	}
+	s.readHeaders(c, fsm.TablePrimary)
+	return c.JSON(http.StatusOK, map[string]any{"ready": true, "machine": s.node.ID(), "generation": s.node.FSM().Primary().Generation})
+}
+
+func (s *Server) getMetrics(c echo.Context) error {
+	promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}).ServeHTTP(c.Response(), c.Request())
+	return nil
+}
+
+// clusterStatus reports this node's raft view and the configuration.
+func (s *Server) clusterStatus(c echo.Context) error {
+	st := s.node.Status(c.Request().Context())
+	out := wire.ClusterStatus{
+		Machine:       st.ID,
+		State:         st.State,
+		Term:          st.Term,
+		Generation:    st.Primary.Generation,
+		Leader:        st.Leader,
+		CommitIndex:   st.CommitIndex,
+		AppliedIndex:  st.AppliedIndex,
+		LastIndex:     st.LastIndex,
+		LastContactMs: lastContactMs(st.LastContact),
+		Voter:         st.Voter,
+		Ready:         st.Ready,
+		Configuration: []wire.ServerInfo{},
+		Primary: wire.PrimaryClaim{Holder: st.Primary.Holder, Generation: st.Primary.Generation,
+			ClaimedAt: st.Primary.ClaimedAt, Index: st.Primary.Index},
+		Counts:    wire.Counts{Resources: st.Counts.Resources, Leases: st.Counts.Leases, Tokens: st.Counts.Tokens},
+		StateHash: st.StateHash,
+	}
+	if cand, ok := s.node.Candidate(st.ID); ok {
+		out.URL = cand.URL
+	}
+	if cand, ok := s.node.Candidate(st.Leader); ok {
+		out.LeaderURL = cand.URL
+	}
+	for _, srv := range st.Configuration {
+		out.Configuration = append(out.Configuration, wire.ServerInfo{Machine: srv.ID, Address: srv.Address, Suffrage: srv.Suffrage})
+	}
+	if raw, err := json.Marshal(st.Stats); err == nil {
+		out.Raft = raw
+	}
+	s.readHeaders(c, fsm.TablePrimary)
+	return c.JSON(http.StatusOK, out)
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/config"
+)
+
+// devCandidates are the fixed loopback addresses of the dev cluster.
+var devNames = []string{"node-a", "node-b", "node-c"}
+
+// devConfigs returns the configuration of the three dev candidates.
+func devConfigs(dataDir string, basePort int) []config.Config {
+	var cands []config.Candidate
+	for i, name := range devNames {
+		cands = append(cands, config.Candidate{
+			Machine: name,
+			URL:     fmt.Sprintf("http://127.0.0.1:%d", basePort+10*i),
+			Raft:    fmt.Sprintf("127.0.0.1:%d", basePort-1+10*i),
+		})
+	}
+	var out []config.Config
+	for i, name := range devNames {
+		cfg := config.Default()
+		cfg.Node.ID = name
+		cfg.Node.DataDir = filepath.Join(dataDir, name)
+		cfg.HTTP.Addr = strings.TrimPrefix(cands[i].URL, "http://")
+		cfg.HTTP.Advertise = cands[i].URL
+		cfg.Raft.Addr = cands[i].Raft
+		cfg.Raft.Advertise = cands[i].Raft
+		cfg.Cluster.Candidates = cands
+		cfg.Cluster.Bootstrap = true
+		cfg.Tokens.File = filepath.Join(dataDir, "control", "tokens.json")
+		out = append(out, cfg)
+	}
+	return out
+}
+
+func newDevCmd() *cobra.Command {
+	var dataDir, logLevel string
+	var basePort int
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run three candidates in one process on 127.0.0.1 for development",
+		Long: `Run a whole three-candidate cluster in this process, on loopback:
+
+  node-a  http://127.0.0.1:31413  raft 127.0.0.1:31412
+  node-b  http://127.0.0.1:31423  raft 127.0.0.1:31422
+  node-c  http://127.0.0.1:31433  raft 127.0.0.1:31432
+
+Data lives in a temporary directory removed on exit, unless --data-dir is
+given (then the cluster and its tokens survive restarts). The cluster tokens
+are printed once the cluster is ready, with the candidate list to give
+members. Stop it with Ctrl-C.`,
+		Example: `  go run ./cmd/elanous-node dev
+  elanous-node dev --data-dir ./dev-data
+  curl -s http://127.0.0.1:31413/v1/primary`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := cmd.OutOrStdout()
+			dir := dataDir
+			if dir == "" {
+				tmp, err := os.MkdirTemp("", "elanous-dev-")
+				if err != nil {
+					return fmt.Errorf("create dev data dir: %w", err)
+				}
+				defer os.RemoveAll(tmp)
+				dir = tmp
+			}
+			cfgs := devConfigs(dir, basePort)
+			tokens, err := devTokens(cfgs[0].TokensFile())
+			if err != nil {
+				return err
+			}
+			var logOut io.Writer = cmd.ErrOrStderr()
+			cfgs[0].Log.Level = logLevel
+			logger := newLogger(cfgs[0], logOut)
+			fmt.Fprintf(out, "starting 3 candidates, data in %s\n", dir)
+			var running []*candidate
+			stopAll := func() {
+				fmt.Fprintln(out, "stopping candidates")
+				for _, c := range running {
+					_ = c.stop(5 * time.Second)
+				}
+			}
+			for _, cfg := range cfgs {
+				cfg.Log.Level = logLevel
+				if err := cfg.Validate(); err != nil {
+					stopAll()
+					return fmt.Errorf("dev configuration of %s: %w", cfg.Node.ID, err)
+				}
+				c, err := startCandidate(cfg, tokens, logger.With("candidate", cfg.Node.ID), logOut)
+				if err != nil {
+					stopAll()
+					return err
+				}
+				running = append(running, c)
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			for _, c := range running {
+				if err := c.waitReady(ctx); err != nil {
+					stopAll()
+					return err
+				}
+			}
+			printDevSummary(out, running, tokens)
+			<-cmd.Context().Done()
+			stopAll()
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", "", "keep the cluster's data here (default: a temporary directory removed on exit)")
+	cmd.Flags().IntVar(&basePort, "http-port", 31413, "HTTP port of node-a; node-b and node-c use +10 and +20, Raft ports are one below each")
+	cmd.Flags().StringVar(&logLevel, "log-level", "warn", "log level of the candidates: debug, info, warn or error")
+	return cmd
+}
+
+// devTokens reads the dev cluster's tokens file, creating it on first use.
+func devTokens(path string) (wire.TokensFile, error) {
+	t, err := readTokensFile(path)
+	if err == nil {
+		return t, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return wire.TokensFile{}, err
+	}
+	if t, err = newTokens(); err != nil {
+		return wire.TokensFile{}, err
+	}
+	if err := writeTokensFile(path, t); err != nil {
+		return wire.TokensFile{}, err
+	}
+	return t, nil
+}
+
+func printDevSummary(out io.Writer, running []*candidate, tokens wire.TokensFile) {
+	leader := ""
+	var gen uint64
+	for _, c := range running {
+		if c.node.IsLeader() {
+			leader, gen = c.cfg.Node.ID, c.node.FSM().Primary().Generation
+		}
+	}
+	var urls []string
+	fmt.Fprintln(out, "\ncandidates:")
+	for _, c := range running {
+		self, _ := c.cfg.Self()
+		urls = append(urls, self.URL)
+		fmt.Fprintf(out, "  %-7s %-24s raft %s\n", self.Machine, self.URL, self.Raft)
+	}
+	fmt.Fprintf(out, "\nprimary: %s (generation %d)\n", leader, gen)
+	fmt.Fprintf(out, "\ntokens (also in %s, mode 0600):\n", running[0].cfg.TokensFile())
+	fmt.Fprintf(out, "  admin   %s\n  member  %s\n  query   %s\n", tokens.Admin, tokens.Member, tokens.Query)
+	fmt.Fprintf(out, "\ntry:\n  curl -s %s/v1/primary\n  ELANOUS_TOKEN=%s elanous-node status --candidates %s\n\nready; Ctrl-C stops the cluster\n",
+		urls[0], tokens.Query, strings.Join(urls, ","))
+}

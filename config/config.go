@@ -1,0 +1,174 @@
+package config
+
+import (
+	"path/filepath"
+	"time"
+)
+
+// Config is the whole configuration of one elanous-node process. Build one
+// with Default or Load and check it with Validate before use; the zero value
+// is not valid.
+type Config struct {
+	Node    NodeConfig    `mapstructure:"node"`
+	HTTP    HTTPConfig    `mapstructure:"http"`
+	Raft    RaftConfig    `mapstructure:"raft"`
+	Cluster ClusterConfig `mapstructure:"cluster"`
+	Tokens  TokensConfig  `mapstructure:"tokens"`
+	Ports   PortsConfig   `mapstructure:"ports"`
+	Log     LogConfig     `mapstructure:"log"`
+}
+
+// NodeConfig names this node and says where it keeps its state.
+type NodeConfig struct {
+	// ID is this node's candidate name (node.id); it must appear in
+	// cluster.candidates and is the Raft server ID.
+	ID string `mapstructure:"id"`
+	// DataDir holds the Raft stores, snapshots and control/tokens.json (node.data_dir).
+	DataDir string `mapstructure:"data_dir"`
+}
+
+// HTTPConfig configures the HTTP API listener.
+type HTTPConfig struct {
+	// Addr is the host:port the API listens on (http.addr).
+	Addr string `mapstructure:"addr"`
+	// Advertise is the origin clients reach this node at (http.advertise),
+	// e.g. http://10.0.0.1:31413.
+	Advertise string `mapstructure:"advertise"`
+	// MetricsAuth, when true, makes /metrics require a query-scope token
+	// (http.metrics_auth); by default /metrics needs no token.
+	MetricsAuth bool `mapstructure:"metrics_auth"`
+}
+
+// RaftConfig configures the Raft transport and timing. The durations and
+// limits mirror hashicorp/raft's Config fields of the same names.
+type RaftConfig struct {
+	// Addr is the host:port the Raft transport listens on (raft.addr).
+	Addr string `mapstructure:"addr"`
+	// Advertise is the host:port other candidates dial (raft.advertise).
+	Advertise          string        `mapstructure:"advertise"`
+	HeartbeatTimeout   time.Duration `mapstructure:"heartbeat_timeout"`
+	ElectionTimeout    time.Duration `mapstructure:"election_timeout"`
+	LeaderLeaseTimeout time.Duration `mapstructure:"leader_lease_timeout"`
+	CommitTimeout      time.Duration `mapstructure:"commit_timeout"`
+	SnapshotThreshold  uint64        `mapstructure:"snapshot_threshold"`
+	SnapshotInterval   time.Duration `mapstructure:"snapshot_interval"`
+	TrailingLogs       uint64        `mapstructure:"trailing_logs"`
+	MaxAppendEntries   int           `mapstructure:"max_append_entries"`
+	// Grace is added to every live TTL when a new leader rebases them
+	// (raft.grace); 0 means twice the election timeout (see GraceOrDefault).
+	Grace time.Duration `mapstructure:"grace"`
+}
+
+// GraceOrDefault returns the failover grace added to live TTLs by a new
+// leader's claim: Grace when set, otherwise twice ElectionTimeout.
+func (r RaftConfig) GraceOrDefault() time.Duration {
+	if r.Grace > 0 {
+		return r.Grace
+	}
+	return 2 * r.ElectionTimeout
+}
+
+// ClusterConfig lists the candidates and says whether this node may bootstrap.
+type ClusterConfig struct {
+	// Bootstrap lets a node with no Raft state bootstrap the cluster from
+	// Candidates (cluster.bootstrap). Every candidate may be given the same list.
+	Bootstrap bool `mapstructure:"bootstrap"`
+	// Candidates are the voters of the cluster, this node included (cluster.candidates).
+	Candidates []Candidate `mapstructure:"candidates"`
+}
+
+// Candidate is one voter of the cluster: its name, API origin and Raft address.
+type Candidate struct {
+	// Machine is the candidate's name (its node.id), matching CandidateName.
+	Machine string `mapstructure:"machine" json:"machine"`
+	// URL is the candidate's HTTP API origin, e.g. http://10.0.0.1:31413.
+	URL string `mapstructure:"url" json:"url"`
+	// Raft is the candidate's advertised Raft host:port, e.g. 10.0.0.1:31412.
+	Raft string `mapstructure:"raft" json:"raft"`
+}
+
+// TokensConfig locates the cluster tokens file.
+type TokensConfig struct {
+	// File is the path of tokens.json (tokens.file); empty means
+	// <node.data_dir>/control/tokens.json (see Config.TokensFile).
+	File string `mapstructure:"file"`
+}
+
+// PortsConfig describes the ports the coordinator hands out and avoids.
+type PortsConfig struct {
+	// Reserved ports are never leased (ports.reserved).
+	Reserved []int `mapstructure:"reserved"`
+	// Test is the band port leases are drawn from (ports.test).
+	Test Band `mapstructure:"test"`
+	// Offline is a band kept apart for offline use (ports.offline); it must not overlap Test.
+	Offline Band `mapstructure:"offline"`
+}
+
+// Band is an inclusive range of ports, Start through End.
+type Band struct {
+	Start int `mapstructure:"start"`
+	End   int `mapstructure:"end"`
+}
+
+// Contains reports whether port lies in the band.
+func (b Band) Contains(port int) bool { return port >= b.Start && port <= b.End }
+
+// LogConfig configures the process's structured logs.
+type LogConfig struct {
+	// Level is debug, info, warn or error (log.level).
+	Level string `mapstructure:"level"`
+	// Format is text or json (log.format).
+	Format string `mapstructure:"format"`
+}
+
+// Default returns the built-in configuration: every key's default, with no
+// candidates. Load starts from it; a Config from Default alone fails
+// Validate until cluster.candidates is set.
+func Default() Config {
+	return Config{
+		Node: NodeConfig{ID: "node-a", DataDir: "/var/lib/elanous"},
+		HTTP: HTTPConfig{
+			Addr:      "0.0.0.0:31413",
+			Advertise: "http://127.0.0.1:31413",
+		},
+		Raft: RaftConfig{
+			Addr:               "0.0.0.0:31412",
+			Advertise:          "127.0.0.1:31412",
+			HeartbeatTimeout:   500 * time.Millisecond,
+			ElectionTimeout:    500 * time.Millisecond,
+			LeaderLeaseTimeout: 250 * time.Millisecond,
+			CommitTimeout:      50 * time.Millisecond,
+			SnapshotThreshold:  8192,
+			SnapshotInterval:   120 * time.Second,
+			TrailingLogs:       10240,
+			MaxAppendEntries:   64,
+		},
+		Cluster: ClusterConfig{Bootstrap: true},
+		Ports: PortsConfig{
+			Reserved: []int{31413, 31414, 31420},
+			Test:     Band{Start: 31450, End: 31499},
+			Offline:  Band{Start: 31500, End: 31509},
+		},
+		Log: LogConfig{Level: "info", Format: "text"},
+	}
+}
+
+// TokensFile returns the path of the cluster tokens file: tokens.file when
+// set, otherwise <node.data_dir>/control/tokens.json.
+func (c *Config) TokensFile() string {
+	if c.Tokens.File != "" {
+		return c.Tokens.File
+	}
+	return filepath.Join(c.Node.DataDir, "control", "tokens.json")
+}
+
+// Self returns the entry of cluster.candidates whose machine is node.id, and
+// false when there is none.
+func (c Config) Self() (Candidate, bool) {
+	for _, cand := range c.Cluster.Candidates {
+		if cand.Machine == c.Node.ID {
+			return cand, true
+		}
+	}
+	return Candidate{}, false
+}

@@ -1,0 +1,306 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// CandidateName is the pattern of a candidate's machine name (node.id and
+// cluster.candidates[].machine): lowercase letters, digits and "-", at most
+// 32 characters, not starting with "-".
+var CandidateName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
+
+// Limits on Raft timing, from hashicorp/raft's ValidateConfig.
+const (
+	minRaftTimeout   = 5 * time.Millisecond
+	minCommitTimeout = time.Millisecond
+	maxAppendEntries = 1024
+)
+
+// candidatesKey is the key of the candidate list, the prefix of its problems.
+const candidatesKey = "cluster.candidates"
+
+// ValidURL checks that s is an http or https origin — no user or password,
+// no query, no fragment, a path of "" or "/" — and returns it normalized to
+// scheme://host[:port], with the scheme and host lowercased and a default
+// port (80 for http, 443 for https) dropped. It follows the TypeScript
+// client's address() (URL.origin), so a URL from the config compares equal
+// to the one a member builds; unlike it, port 0 is refused and IPv4/IDN host
+// spellings are not rewritten.
+func ValidURL(s string) (string, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("not a URL: %w", err)
+	}
+	// url.Parse lowercases the scheme.
+	switch path := u.EscapedPath(); {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("%q: scheme must be http or https", s)
+	case u.Opaque != "" || u.Hostname() == "":
+		return "", fmt.Errorf("%q: missing host", s)
+	case u.User != nil:
+		return "", fmt.Errorf("%q: must not carry a user or password", s)
+	case u.RawQuery != "":
+		return "", fmt.Errorf("%q: must not have a query", s)
+	case u.Fragment != "":
+		return "", fmt.Errorf("%q: must not have a fragment", s)
+	case path != "" && path != "/":
+		return "", fmt.Errorf("%q: must be an origin with no path (got path %q)", s, path)
+	}
+	host := strings.ToLower(u.Hostname())
+	port := u.Port()
+	if port != "" {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 {
+			return "", fmt.Errorf("%q: port must be 1-65535", s)
+		}
+		port = strconv.Itoa(n)
+		if (u.Scheme == "http" && n == 80) || (u.Scheme == "https" && n == 443) {
+			port = ""
+		}
+	}
+	switch {
+	case port != "":
+		host = net.JoinHostPort(host, port)
+	case strings.Contains(host, ":"):
+		host = "[" + host + "]" // IPv6 literal
+	}
+	return u.Scheme + "://" + host, nil
+}
+
+// validAddr checks a host:port address with a port of 1-65535. With
+// advertise set the host must be one another machine can dial: not empty and
+// not an unspecified address such as 0.0.0.0.
+func validAddr(s string, advertise bool) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %w", s, err)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%q: port must be 1-65535", s)
+	}
+	if advertise {
+		if err := advertisable(host); err != nil {
+			return fmt.Errorf("%q: %w", s, err)
+		}
+	}
+	return nil
+}
+
+// advertisable reports why host cannot be given to other machines to dial, if it cannot.
+func advertisable(host string) error {
+	if host == "" {
+		return errors.New("host must not be empty")
+	}
+	if ip := net.ParseIP(strings.Trim(host, "[]")); ip != nil && ip.IsUnspecified() {
+		return fmt.Errorf("unspecified address %s cannot be advertised", host)
+	}
+	return nil
+}
+
+// advertisedURL validates a URL other machines use and returns it normalized.
+func advertisedURL(s string) (string, error) {
+	norm, err := ValidURL(s)
+	if err != nil {
+		return "", err
+	}
+	u, _ := url.Parse(norm)
+	if err := advertisable(u.Hostname()); err != nil {
+		return "", fmt.Errorf("%q: %w", s, err)
+	}
+	return norm, nil
+}
+
+// problems collects Validate's findings, each prefixed with the key it is about.
+type problems []error
+
+func (p *problems) add(key, format string, args ...any) {
+	*p = append(*p, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+}
+
+func (p *problems) addErr(key string, err error) {
+	*p = append(*p, fmt.Errorf("%s: %w", key, err))
+}
+
+// Validate checks c as a whole and returns every problem found, joined with
+// errors.Join, each message starting with the key it is about; nil means c
+// can be served. It checks names, addresses and URLs, the candidate list
+// (non-empty, no duplicates, this node in it and consistent with its
+// advertise addresses), Raft timing (hashicorp/raft's rules), port bands and
+// log settings.
+func (c Config) Validate() error {
+	var p problems
+	c.validateNode(&p)
+	c.validateHTTP(&p)
+	c.validateRaft(&p)
+	c.validateCluster(&p)
+	c.validatePorts(&p)
+	c.validateLog(&p)
+	return errors.Join(p...)
+}
+
+func (c Config) validateNode(p *problems) {
+	if !CandidateName.MatchString(c.Node.ID) {
+		p.add("node.id", "%q must match %s", c.Node.ID, CandidateName)
+	}
+	if strings.TrimSpace(c.Node.DataDir) == "" {
+		p.add("node.data_dir", "must not be empty")
+	}
+}
+
+func (c Config) validateHTTP(p *problems) {
+	if err := validAddr(c.HTTP.Addr, false); err != nil {
+		p.addErr("http.addr", err)
+	}
+	if _, err := advertisedURL(c.HTTP.Advertise); err != nil {
+		p.addErr("http.advertise", err)
+	}
+}
+
+func (c Config) validateRaft(p *problems) {
+	r := c.Raft
+	if err := validAddr(r.Addr, false); err != nil {
+		p.addErr("raft.addr", err)
+	}
+	if err := validAddr(r.Advertise, true); err != nil {
+		p.addErr("raft.advertise", err)
+	}
+	atLeast := func(key string, d, min time.Duration) bool {
+		if d < min {
+			p.add(key, "must be at least %s (got %s)", min, d)
+			return false
+		}
+		return true
+	}
+	hbOK := atLeast("raft.heartbeat_timeout", r.HeartbeatTimeout, minRaftTimeout)
+	elOK := atLeast("raft.election_timeout", r.ElectionTimeout, minRaftTimeout)
+	llOK := atLeast("raft.leader_lease_timeout", r.LeaderLeaseTimeout, minRaftTimeout)
+	atLeast("raft.commit_timeout", r.CommitTimeout, minCommitTimeout)
+	atLeast("raft.snapshot_interval", r.SnapshotInterval, minRaftTimeout)
+	if llOK && hbOK && r.LeaderLeaseTimeout > r.HeartbeatTimeout {
+		p.add("raft.leader_lease_timeout", "%s must not exceed raft.heartbeat_timeout %s", r.LeaderLeaseTimeout, r.HeartbeatTimeout)
+	}
+	if elOK && hbOK && r.ElectionTimeout < r.HeartbeatTimeout {
+		p.add("raft.election_timeout", "%s must be at least raft.heartbeat_timeout %s", r.ElectionTimeout, r.HeartbeatTimeout)
+	}
+	if r.SnapshotThreshold == 0 {
+		p.add("raft.snapshot_threshold", "must be greater than 0")
+	}
+	if r.TrailingLogs == 0 {
+		p.add("raft.trailing_logs", "must be greater than 0")
+	}
+	if r.MaxAppendEntries < 1 || r.MaxAppendEntries > maxAppendEntries {
+		p.add("raft.max_append_entries", "must be 1-%d (got %d)", maxAppendEntries, r.MaxAppendEntries)
+	}
+	if r.Grace < 0 {
+		p.add("raft.grace", "must not be negative (got %s); 0 means twice raft.election_timeout", r.Grace)
+	}
+}
+
+func (c Config) validateCluster(p *problems) {
+	cands := c.Cluster.Candidates
+	if len(cands) == 0 {
+		p.add(candidatesKey, "must list at least one candidate (this node included)")
+		return
+	}
+	machines := make(map[string]int)
+	urls := make(map[string]int)
+	rafts := make(map[string]int)
+	for i, cand := range cands {
+		key := fmt.Sprintf("%s[%d]", candidatesKey, i)
+		if !CandidateName.MatchString(cand.Machine) {
+			p.add(key+".machine", "%q must match %s", cand.Machine, CandidateName)
+		} else if j, dup := machines[cand.Machine]; dup {
+			p.add(key+".machine", "duplicate machine %q (also %s[%d])", cand.Machine, candidatesKey, j)
+		} else {
+			machines[cand.Machine] = i
+		}
+		if norm, err := advertisedURL(cand.URL); err != nil {
+			p.addErr(key+".url", err)
+		} else if j, dup := urls[norm]; dup {
+			p.add(key+".url", "duplicate url %q (also %s[%d])", norm, candidatesKey, j)
+		} else {
+			urls[norm] = i
+		}
+		if err := validAddr(cand.Raft, true); err != nil {
+			p.addErr(key+".raft", err)
+		} else if j, dup := rafts[cand.Raft]; dup {
+			p.add(key+".raft", "duplicate raft address %q (also %s[%d])", cand.Raft, candidatesKey, j)
+		} else {
+			rafts[cand.Raft] = i
+		}
+	}
+	self, ok := c.Self()
+	if !ok {
+		p.add(candidatesKey, "node.id %q is not among the candidates", c.Node.ID)
+		return
+	}
+	// This node's entry is what the other candidates and members use to reach
+	// it, so it must say the same as its own advertise settings.
+	selfURL, err1 := ValidURL(self.URL)
+	advURL, err2 := ValidURL(c.HTTP.Advertise)
+	if err1 == nil && err2 == nil && selfURL != advURL {
+		p.add("http.advertise", "%q differs from this node's candidate url %q (node.id %q)", c.HTTP.Advertise, self.URL, c.Node.ID)
+	}
+	if self.Raft != c.Raft.Advertise {
+		p.add("raft.advertise", "%q differs from this node's candidate raft address %q (node.id %q)", c.Raft.Advertise, self.Raft, c.Node.ID)
+	}
+}
+
+func (c Config) validatePorts(p *problems) {
+	pp := c.Ports
+	testOK := validBand(p, "ports.test", pp.Test)
+	offOK := validBand(p, "ports.offline", pp.Offline)
+	if testOK && offOK && pp.Test.Start <= pp.Offline.End && pp.Offline.Start <= pp.Test.End {
+		p.add("ports.offline", "%d-%d overlaps ports.test %d-%d", pp.Offline.Start, pp.Offline.End, pp.Test.Start, pp.Test.End)
+	}
+	for i, port := range pp.Reserved {
+		key := fmt.Sprintf("ports.reserved[%d]", i)
+		switch {
+		case port < 1 || port > 65535:
+			p.add(key, "port %d must be 1-65535", port)
+		case testOK && pp.Test.Contains(port):
+			p.add(key, "port %d lies in ports.test %d-%d", port, pp.Test.Start, pp.Test.End)
+		case offOK && pp.Offline.Contains(port):
+			p.add(key, "port %d lies in ports.offline %d-%d", port, pp.Offline.Start, pp.Offline.End)
+		}
+	}
+}
+
+// validBand reports a band's problems under key and whether it is usable.
+func validBand(p *problems, key string, b Band) bool {
+	ok := true
+	if b.Start < 1 || b.Start > 65535 {
+		p.add(key+".start", "port %d must be 1-65535", b.Start)
+		ok = false
+	}
+	if b.End < 1 || b.End > 65535 {
+		p.add(key+".end", "port %d must be 1-65535", b.End)
+		ok = false
+	}
+	if ok && b.Start > b.End {
+		p.add(key, "start %d must not exceed end %d", b.Start, b.End)
+		ok = false
+	}
+	return ok
+}
+
+func (c Config) validateLog(p *problems) {
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		p.add("log.level", "%q must be one of debug, info, warn, error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		p.add("log.format", "%q must be one of text, json", c.Log.Format)
+	}
+}
