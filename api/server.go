@@ -84,6 +84,15 @@ func New(d Deps) *Server {
 	e.Use(s.metrics.middleware)
 	s.echo = e
 	s.routes(d.MetricsAuth)
+	s.httpServer = &http.Server{
+		Handler:           e,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(d.Logger.Handler(), slog.LevelWarn),
+	}
 	return s
 }
 
@@ -124,15 +133,6 @@ func (s *Server) Handler() http.Handler { return s.echo }
 // Serve serves the API on ln with the server timeouts of DESIGN §5 until
 // Shutdown. It returns nil after a clean shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	s.httpServer = &http.Server{
-		Handler:           s.echo,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    16 << 10,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
 	if err := s.httpServer.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -141,8 +141,5 @@ func (s *Server) Serve(ln net.Listener) error {
 
 // Shutdown stops accepting requests and waits for those in flight (bounded by ctx).
 func (s *Server) Shutdown(ctx context.Context) error {
-	if s.httpServer == nil {
-		return nil
-	}
 	return s.httpServer.Shutdown(ctx)
 }

@@ -1,0 +1,227 @@
+// Package apitest starts real elanous-node clusters inside a test process:
+// every node is a cluster.Node with raft-boltdb stores in a temp dir, a TCP
+// Raft transport and an api.Server on a loopback listener, all on ephemeral
+// ports. Tests of the API, the member library and the CLI use it.
+package apitest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/elanous/elanous-node/api"
+	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/cluster"
+	"github.com/hashicorp/raft"
+)
+
+// Node is one running candidate.
+type Node struct {
+	Machine string
+	URL     string
+	Node    *cluster.Node
+	Server  *api.Server
+	DataDir string
+	ln      net.Listener
+	stopped bool
+}
+
+// Cluster is a running loopback cluster.
+type Cluster struct {
+	t      testing.TB
+	Nodes  []*Node
+	Tokens wire.TokensFile
+	cands  []cluster.Candidate
+	trans  []raft.Transport
+	opts   Options
+}
+
+// Options tune a cluster. Zero values take fast test defaults.
+type Options struct {
+	Nodes   int           // default 3
+	Timeout time.Duration // raft heartbeat and election timeout; default 100ms
+	Sweep   time.Duration // sweep interval; default 200ms
+}
+
+func token() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Start starts a cluster and waits until every node is ready. It is stopped
+// by t.Cleanup.
+func Start(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	if opts.Nodes == 0 {
+		opts.Nodes = 3
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = 100 * time.Millisecond
+	}
+	if opts.Sweep == 0 {
+		opts.Sweep = 200 * time.Millisecond
+	}
+	c := &Cluster{t: t, opts: opts, Tokens: wire.TokensFile{Admin: token(), Member: token(), Query: token()}}
+	var lns []net.Listener
+	for i := 0; i < opts.Nodes; i++ {
+		trans, err := raft.NewTCPTransport("127.0.0.1:0", nil, 3, 2*time.Second, nil)
+		if err != nil {
+			t.Fatalf("raft transport: %v", err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("listen: %v", err)
+		}
+		lns = append(lns, ln)
+		c.trans = append(c.trans, trans)
+		c.cands = append(c.cands, cluster.Candidate{
+			Machine: fmt.Sprintf("node-%c", 'a'+i),
+			URL:     "http://" + ln.Addr().String(),
+			Raft:    string(trans.LocalAddr()),
+		})
+	}
+	dir := t.TempDir()
+	for i := range c.cands {
+		c.Nodes = append(c.Nodes, &Node{Machine: c.cands[i].Machine, URL: c.cands[i].URL, DataDir: filepath.Join(dir, c.cands[i].Machine)})
+		c.startNode(i, c.trans[i], lns[i])
+	}
+	t.Cleanup(c.Stop)
+	c.WaitReady()
+	return c
+}
+
+func (c *Cluster) nodeConfig(i int, trans raft.Transport) cluster.Config {
+	return cluster.Config{
+		ID: c.cands[i].Machine, Candidates: c.cands, Bootstrap: true,
+		DataDir: c.Nodes[i].DataDir, Transport: trans,
+		HeartbeatTimeout: c.opts.Timeout, ElectionTimeout: c.opts.Timeout,
+		LeaderLeaseTimeout: c.opts.Timeout / 2, CommitTimeout: 5 * time.Millisecond,
+		SweepInterval: c.opts.Sweep,
+	}
+}
+
+func (c *Cluster) startNode(i int, trans raft.Transport, ln net.Listener) {
+	c.t.Helper()
+	node, err := cluster.New(c.nodeConfig(i, trans))
+	if err != nil {
+		c.t.Fatalf("cluster.New(%s): %v", c.cands[i].Machine, err)
+	}
+	srv := api.New(api.Deps{Node: node, Tokens: c.Tokens})
+	n := c.Nodes[i]
+	n.Node, n.Server, n.ln, n.stopped = node, srv, ln, false
+	go func() { _ = srv.Serve(ln) }()
+}
+
+// StopNode stops node i (leadership handed over if it led).
+func (c *Cluster) StopNode(i int) {
+	n := c.Nodes[i]
+	if n.stopped {
+		return
+	}
+	n.stopped = true
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_ = n.Server.Shutdown(ctx)
+	_ = n.ln.Close()
+	_ = n.Node.Close(ctx)
+}
+
+// RestartNode starts a stopped node again on the same addresses and data dir.
+func (c *Cluster) RestartNode(i int) {
+	c.t.Helper()
+	if !c.Nodes[i].stopped {
+		c.t.Fatalf("RestartNode(%d): node is running", i)
+	}
+	trans, err := raft.NewTCPTransport(c.cands[i].Raft, nil, 3, 2*time.Second, nil)
+	if err != nil {
+		c.t.Fatalf("raft transport: %v", err)
+	}
+	ln, err := net.Listen("tcp", c.Nodes[i].URL[len("http://"):])
+	if err != nil {
+		c.t.Fatalf("listen: %v", err)
+	}
+	c.startNode(i, trans, ln)
+}
+
+// Stop stops every node.
+func (c *Cluster) Stop() {
+	for i := range c.Nodes {
+		c.StopNode(i)
+	}
+}
+
+// Leader waits for a ready leader and returns its index.
+func (c *Cluster) Leader() int {
+	c.t.Helper()
+	idx := -1
+	c.WaitFor("a ready leader", 10*time.Second, func() bool {
+		for i, n := range c.Nodes {
+			if !n.stopped && n.Node.IsLeader() && n.Node.Ready() {
+				idx = i
+				return true
+			}
+		}
+		return false
+	})
+	return idx
+}
+
+// Follower returns the index of a running follower.
+func (c *Cluster) Follower() int {
+	c.t.Helper()
+	leader := c.Leader()
+	for i, n := range c.Nodes {
+		if i != leader && !n.stopped {
+			c.WaitFor("follower ready", 10*time.Second, n.Node.Ready)
+			return i
+		}
+	}
+	c.t.Fatalf("no running follower")
+	return -1
+}
+
+// WaitReady waits until every running node is ready.
+func (c *Cluster) WaitReady() {
+	c.t.Helper()
+	for _, n := range c.Nodes {
+		if !n.stopped {
+			c.WaitFor(n.Machine+" ready", 10*time.Second, n.Node.Ready)
+		}
+	}
+}
+
+// WaitApplied waits until every running node applied at least the leader's commit index.
+func (c *Cluster) WaitApplied() {
+	c.t.Helper()
+	leader := c.Nodes[c.Leader()]
+	target := leader.Node.FSM().AppliedIndex()
+	for _, n := range c.Nodes {
+		if !n.stopped {
+			c.WaitFor(n.Machine+" caught up", 10*time.Second, func() bool { return n.Node.FSM().AppliedIndex() >= target })
+		}
+	}
+}
+
+// WaitFor polls cond every 5 ms until it holds, failing the test after d.
+func (c *Cluster) WaitFor(what string, d time.Duration, cond func() bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		<-tick.C
+	}
+}
+
+// Client is an http.Client with a short timeout for tests.
+var Client = &http.Client{Timeout: 10 * time.Second}
