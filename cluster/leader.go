@@ -2,7 +2,7 @@ package cluster
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"time"
 
 	"github.com/elanous/elanous-node/fsm"
@@ -86,57 +86,71 @@ func (n *Node) stepDown() {
 }
 
 // lead1 runs one term of leadership: Barrier, ClaimPrimary, then sweeps.
+// A failed barrier or claim is retried while this node still leads.
 func (n *Node) lead1(ctx context.Context, l *leadership) {
+	for attempt := 0; ; attempt++ {
+		p, err := n.claim(ctx, l)
+		if err == nil {
+			close(l.ready)
+			n.log.Info("claimed primary", "generation", p.Generation, "index", p.Index, "now_ms", p.ClaimedAt)
+			break
+		}
+		n.log.Warn("claim primary failed", "term", l.term, "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(n.cfg.HeartbeatTimeout):
+		}
+	}
+	n.sweepLoop(ctx, l)
+}
+
+func (n *Node) claim(ctx context.Context, l *leadership) (fsm.Primary, error) {
 	if err := n.raft.Barrier(n.cfg.ClaimTimeout).Error(); err != nil {
-		n.log.Warn("barrier after election failed", "term", l.term, "err", err)
-		return
+		return fsm.Primary{}, fmt.Errorf("barrier: %w", err)
 	}
 	claim := fsm.ClaimPrimary{Holder: n.cfg.ID, Now: l.now(), GraceMs: n.cfg.Grace.Milliseconds()}
 	res, err := n.apply(ctx, claim, n.cfg.ClaimTimeout)
 	if err != nil {
-		n.log.Warn("claim primary failed", "term", l.term, "err", err)
-		return
+		return fsm.Primary{}, err
 	}
 	p, _ := res.(fsm.Primary)
-	close(l.ready)
-	n.log.Info("claimed primary", "generation", p.Generation, "index", p.Index, "now_ms", claim.Now)
-	n.sweepLoop(ctx, l)
+	return p, nil
 }
 
 // sweepLoop proposes a Sweep at each due expiry and at least every
-// SweepInterval while any TTL is live.
+// SweepInterval while any TTL is live. A change to the resources or leases
+// table recomputes the next due time.
 func (n *Node) sweepLoop(ctx context.Context, l *leadership) {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	<-timer.C
 	for {
 		_, resCh := n.fsm.Watch(fsm.TableResources)
 		_, leaseCh := n.fsm.Watch(fsm.TableLeases)
-		next, any := n.fsm.NextExpiry()
 		var wait <-chan time.Time
-		if any {
+		var timer *time.Timer
+		if next, ok := n.fsm.NextExpiry(); ok {
 			d := time.Duration(next-l.now()+1) * time.Millisecond
-			d = max(0, min(d, n.cfg.SweepInterval))
-			timer.Reset(d)
+			timer = time.NewTimer(max(0, min(d, n.cfg.SweepInterval)))
 			wait = timer.C
 		}
+		fired := false
 		select {
 		case <-ctx.Done():
-			return
 		case <-resCh:
-			if wait != nil && !timer.Stop() {
-				<-timer.C
-			}
-			continue
 		case <-leaseCh:
-			if wait != nil && !timer.Stop() {
-				<-timer.C
-			}
-			continue
 		case <-wait:
+			fired = true
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if !fired {
+			continue
 		}
 		if _, err := n.apply(ctx, fsm.Sweep{Now: l.now()}, n.cfg.ClaimTimeout); err != nil {
-			if errors.Is(err, context.Canceled) || ctx.Err() != nil {
+			if ctx.Err() != nil {
 				return
 			}
 			n.log.Warn("sweep failed", "err", err)

@@ -36,7 +36,12 @@ func (n *Node) readyLeadership() (*leadership, error) {
 	case closed:
 		return nil, ErrClosed
 	case l == nil:
-		if _, ok := n.Leader(); ok {
+		leader, ok := n.Leader()
+		switch {
+		case ok && leader.Machine == n.cfg.ID:
+			// Raft made us leader; the notification is on its way.
+			return nil, ErrNotReady
+		case ok:
 			return nil, ErrNotLeader
 		}
 		return nil, ErrNoLeader
