@@ -44,6 +44,7 @@ precedence.`,
 		newResourcesCmd(),
 		newMemberCmd(),
 		newJoinCmd(),
+		newBenchCmd(),
 		newVersionCmd(),
 	)
 	return cmd

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/elanous/elanous-node/api/wire"
+)
+
+// benchResult is what one bench run measured.
+type benchResult struct {
+	Op          string  `json:"op"`
+	Concurrency int     `json:"concurrency"`
+	Seconds     float64 `json:"seconds"`
+	Ops         int     `json:"ops"`
+	Errors      int     `json:"errors"`
+	OpsPerSec   float64 `json:"opsPerSec"`
+	P50Ms       float64 `json:"p50Ms"`
+	P99Ms       float64 `json:"p99Ms"`
+	MaxMs       float64 `json:"maxMs"`
+}
+
+func newBenchCmd() *cobra.Command {
+	var candidates, op string
+	var duration time.Duration
+	var concurrency int
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure write throughput and latency of a running cluster over HTTP",
+		Long: `Drive a running cluster with concurrent clients for a while and print the
+operations per second and latency percentiles, with progress every second.
+
+Operations (--op):
+  renew      each client acquires one port lease, then renews it in a loop
+  register   each client registers one resource, then heartbeats it in a loop
+  acquire    each client acquires and releases a lease in a loop
+
+Requests are spread over every candidate given, so followers forward to the
+leader as they would for real members. The member-scope token is read from
+ELANOUS_TOKEN. Leases and resources made by the run are released at the end.`,
+		Example: `  ELANOUS_TOKEN=<member token> elanous-node bench --candidates http://127.0.0.1:31413,http://127.0.0.1:31423,http://127.0.0.1:31433 --duration 10s`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			token := os.Getenv("ELANOUS_TOKEN")
+			if token == "" {
+				return errors.New("bench needs a member-scope token in ELANOUS_TOKEN")
+			}
+			var urls []string
+			for _, u := range strings.Split(candidates, ",") {
+				if u = strings.TrimSpace(u); u != "" {
+					if _, err := url.Parse(u); err != nil {
+						return fmt.Errorf("candidate %q: %w", u, err)
+					}
+					urls = append(urls, strings.TrimRight(u, "/"))
+				}
+			}
+			if len(urls) == 0 {
+				return errors.New("--candidates is required")
+			}
+			if concurrency < 1 || concurrency > 49 {
+				return errors.New("--concurrency must be between 1 and 49 (one port of the test band each)")
+			}
+			res, err := runBench(cmd.Context(), cmd.ErrOrStderr(), benchSpec{op: op, urls: urls, token: token, duration: duration, concurrency: concurrency})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %d ops in %.1fs with %d clients = %.0f ops/s; latency p50 %.2f ms, p99 %.2f ms, max %.2f ms; %d errors\n",
+				res.Op, res.Ops, res.Seconds, res.Concurrency, res.OpsPerSec, res.P50Ms, res.P99Ms, res.MaxMs, res.Errors)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&candidates, "candidates", "http://127.0.0.1:31413,http://127.0.0.1:31423,http://127.0.0.1:31433", "comma-separated candidate URLs")
+	cmd.Flags().StringVar(&op, "op", "renew", "operation: renew, register or acquire")
+	cmd.Flags().DurationVar(&duration, "duration", 10*time.Second, "how long to run")
+	cmd.Flags().IntVar(&concurrency, "concurrency", 16, "concurrent clients")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return cmd
+}
+
+type benchSpec struct {
+	op, token   string
+	urls        []string
+	duration    time.Duration
+	concurrency int
+}
+
+type benchClient struct {
+	http  *http.Client
+	token string
+}
+
+func (c benchClient) do(ctx context.Context, method, u string, body any, hdr map[string]string, out any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if out != nil && resp.StatusCode < 300 {
+		return resp.StatusCode, json.NewDecoder(resp.Body).Decode(out)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, nil
+}
+
+func runBench(ctx context.Context, progress io.Writer, spec benchSpec) (benchResult, error) {
+	client := benchClient{token: spec.token, http: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	var mu sync.Mutex
+	var lat []time.Duration
+	errCount := 0
+	ctx, cancel := context.WithTimeout(ctx, spec.duration)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	var setupErr error
+	for w := 0; w < spec.concurrency; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			base := spec.urls[w%len(spec.urls)]
+			step, cleanup, err := benchStep(ctx, client, base, spec.op, w)
+			if err != nil {
+				mu.Lock()
+				setupErr = err
+				mu.Unlock()
+				cancel()
+				return
+			}
+			defer cleanup()
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				err := step()
+				d := time.Since(t0)
+				if ctx.Err() != nil {
+					return
+				}
+				mu.Lock()
+				if err != nil {
+					errCount++
+				} else {
+					lat = append(lat, d)
+				}
+				mu.Unlock()
+			}
+		}(w)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		case <-tick.C:
+			mu.Lock()
+			fmt.Fprintf(progress, "bench %s: %5.1fs %d ops, %d errors\n", spec.op, time.Since(start).Seconds(), len(lat), errCount)
+			mu.Unlock()
+		}
+	}
+	if setupErr != nil {
+		return benchResult{}, setupErr
+	}
+	elapsed := time.Since(start).Seconds()
+	res := benchResult{Op: spec.op, Concurrency: spec.concurrency, Seconds: elapsed, Ops: len(lat), Errors: errCount}
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+		res.OpsPerSec = float64(len(lat)) / elapsed
+		res.P50Ms, res.P99Ms, res.MaxMs = ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100]), ms(lat[len(lat)-1])
+	}
+	return res, nil
+}
+
+// benchStep prepares one client's loop body and the cleanup that undoes it.
+func benchStep(ctx context.Context, c benchClient, base, op string, w int) (step func() error, cleanup func(), err error) {
+	bg := context.Background()
+	status := func(code int, err error, want int) error {
+		if err != nil {
+			return err
+		}
+		if code != want {
+			return fmt.Errorf("status %d, want %d", code, want)
+		}
+		return nil
+	}
+	acquire := func() (wire.PortLease, error) {
+		var l wire.PortLease
+		code, err := c.do(ctx, http.MethodPost, base+"/v1/leases/port", wire.AcquireRequest{Machine: "bench", Purpose: fmt.Sprintf("bench-%d", w), TTLMs: 60_000}, nil, &l)
+		return l, status(code, err, http.StatusCreated)
+	}
+	release := func(l wire.PortLease) error {
+		code, err := c.do(bg, http.MethodDelete, fmt.Sprintf("%s/v1/leases/port/%d", base, l.Port), nil, map[string]string{wire.HeaderPortLeaseID: l.LeaseID}, nil)
+		return status(code, err, http.StatusNoContent)
+	}
+	switch op {
+	case "renew":
+		l, err := acquire()
+		if err != nil {
+			return nil, nil, fmt.Errorf("acquire a lease to renew: %w", err)
+		}
+		return func() error {
+				code, err := c.do(ctx, http.MethodPost, fmt.Sprintf("%s/v1/leases/port/%d/heartbeat", base, l.Port), nil, map[string]string{wire.HeaderPortLeaseID: l.LeaseID}, nil)
+				return status(code, err, http.StatusOK)
+			}, func() {
+				_ = release(l)
+			}, nil
+	case "acquire":
+		return func() error {
+			l, err := acquire()
+			if err != nil {
+				return err
+			}
+			return release(l)
+		}, func() {}, nil
+	case "register":
+		id := fmt.Sprintf("instance:bench/%d", w)
+		reg := wire.RegisterRequest{ID: id, Kind: "instance", Name: id, Machine: "bench", Endpoint: "http://bench", TTLMs: 60_000}
+		code, err := c.do(ctx, http.MethodPost, base+"/v1/resources/register", reg, nil, nil)
+		if err := status(code, err, http.StatusOK); err != nil {
+			return nil, nil, fmt.Errorf("register a resource: %w", err)
+		}
+		path := base + "/v1/resources/" + url.PathEscape(id)
+		return func() error {
+				code, err := c.do(ctx, http.MethodPost, path+"/heartbeat", map[string]any{}, nil, nil)
+				return status(code, err, http.StatusOK)
+			}, func() {
+				_, _ = c.do(bg, http.MethodDelete, path, nil, nil, nil)
+			}, nil
+	}
+	return nil, nil, fmt.Errorf("unknown --op %q: want renew, register or acquire", op)
+}
