@@ -53,7 +53,7 @@ Requests are spread over every candidate given, so followers forward to the
 leader as they would for real members. The member-scope token is read from
 ELANOUS_TOKEN. Leases and resources made by the run are released at the end.`,
 		Example: `  ELANOUS_TOKEN=<member token> elanous-node bench --candidates http://127.0.0.1:31413,http://127.0.0.1:31423,http://127.0.0.1:31433 --duration 10s`,
-		Args: cobra.NoArgs,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			token := os.Getenv("ELANOUS_TOKEN")
 			if token == "" {
