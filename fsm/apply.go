@@ -14,7 +14,10 @@ var _ raft.FSM = (*FSM)(nil)
 
 // Apply applies one committed log entry. raft calls it from a single goroutine.
 // It returns the command's result (a Resource, PortLease, MemberToken, Primary
-// or SweepResult) or an error from errors.go; an error changes nothing.
+// or SweepResult) or an error from errors.go. An error changes no record and
+// wakes no watcher; the cluster time (LastNow) still advances to the command's
+// clamped now, as it does for every applied entry, except for a malformed body
+// or a refused claim, which leave it as it was.
 //
 // It panics on a command type it does not know unless SkipBit is set: a
 // replica that cannot apply the log must stop rather than diverge.
@@ -38,7 +41,10 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	if err != nil {
 		return err
 	}
-	a := applier{st: f.st, term: l.Term, index: l.Index}
+	// a.now starts at lastNow: a claim that fails validation must leave the
+	// cluster time where it was (a zero a.now would reset lastNow to 0 and the
+	// next claim would rebase every TTL by the whole Unix epoch).
+	a := applier{st: f.st, term: l.Term, index: l.Index, now: f.st.lastNow}
 	var result interface{}
 	switch c := cmd.(type) {
 	case ClaimPrimary:
@@ -47,8 +53,9 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		a.now = max(nowOf(cmd), f.st.lastNow)
 		result = a.apply(cmd)
 	}
-	// Time moves with every applied command, failed ones included: within a
-	// generation a.now >= lastNow, and only a claim may move it back.
+	// Time moves with every applied command, failed ones included (records do
+	// not change, but lastNow does): within a generation a.now >= lastNow, and
+	// only a successful claim may move it back.
 	f.st.lastNow = a.now
 	for t := range a.touched {
 		if a.touched[t] {
@@ -270,20 +277,21 @@ func (a *applier) acquire(c AcquireLease) interface{} {
 	return fmt.Errorf("%w: no free port in %d-%d", ErrBandExhausted, c.BandStart, c.BandEnd)
 }
 
-// heldLease finds the live lease on port held under leaseID by the caller.
+// heldLease finds the live lease on port held under leaseID by the caller
+// (any owner for an admin). Checks: 404 not live, 403 owner, 409 lease id.
 func (a *applier) heldLease(port int, leaseID string, caller Caller) (PortLease, error) {
 	l, ok := a.st.leases[port]
 	if !ok || !a.live(l.ExpiresAt) {
 		return PortLease{}, fmt.Errorf("lease on port %d: %w", port, ErrNotFound)
 	}
+	// Owner before lease id: a client whose port was re-granted to someone
+	// else gets 403 (which the TypeScript client's release tolerates), and
+	// 409 means "you own this port, under another lease id".
+	if !caller.Admin && (l.Owner != caller.Owner || (caller.Machine != "" && l.Machine != caller.Machine)) {
+		return PortLease{}, fmt.Errorf("%w: lease on port %d has another owner", ErrForbidden, port)
+	}
 	if l.LeaseID != leaseID {
 		return PortLease{}, fmt.Errorf("port %d: %w", port, ErrLeaseMismatch)
-	}
-	if caller.Admin {
-		return l, nil
-	}
-	if l.Owner != caller.Owner || (caller.Machine != "" && l.Machine != caller.Machine) {
-		return PortLease{}, fmt.Errorf("%w: lease on port %d has another owner", ErrForbidden, port)
 	}
 	return l, nil
 }

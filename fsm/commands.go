@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 )
 
 // CommandType is the first byte of every log entry. Numbers are append-only:
@@ -145,14 +146,27 @@ func (ClaimPrimary) Type() CommandType      { return ClaimPrimaryType }
 func (Sweep) Type() CommandType             { return SweepType }
 
 // Encode returns the log entry for cmd: its type byte then its JSON body.
+// The body is compact JSON without HTML escaping, so attrs enter the log as
+// the client wrote them (whitespace aside).
 func Encode(cmd Command) ([]byte, error) {
-	body, err := json.Marshal(cmd)
+	body, err := marshalJSON(cmd)
 	if err != nil {
 		return nil, fmt.Errorf("encode command %d: %w", cmd.Type(), err)
 	}
 	buf := make([]byte, 0, len(body)+1)
 	buf = append(buf, byte(cmd.Type()))
 	return append(buf, body...), nil
+}
+
+// marshalJSON is json.Marshal without HTML escaping.
+func marshalJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // Decode parses a log entry. It returns ok=false for an empty entry or an
@@ -197,7 +211,9 @@ func decodeBody[T Command](body []byte) (Command, error) {
 	if err := dec.Decode(&v); err != nil {
 		return nil, fmt.Errorf("%w: decode %T: %v", ErrInvalidCommand, v, err)
 	}
-	if dec.More() {
+	// dec.More would miss a stray '}' or ']' after the value; only EOF (after
+	// optional white space) ends a body.
+	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("%w: decode %T: trailing data", ErrInvalidCommand, v)
 	}
 	return v, nil

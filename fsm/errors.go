@@ -6,7 +6,8 @@ import (
 )
 
 // Errors returned by Apply (and so by cluster.Propose) as domain outcomes. They
-// change nothing in the state. The api package maps them to HTTP statuses.
+// change no record (only the cluster time LastNow moves, see Apply). The api
+// package maps them to HTTP statuses.
 var (
 	// ErrInvalidCommand is returned when a command body does not decode or a
 	// field fails validation (bad machine name, ttl out of range, port outside

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"encoding/json"
 	"sort"
 	"sync"
 )
@@ -70,7 +69,10 @@ func (f *FSM) Index(t Table) uint64 {
 	return f.st.indexes[t]
 }
 
-// AppliedIndex returns the index of the last log entry applied.
+// AppliedIndex returns the index of the last log entry applied (or restored
+// from a snapshot). raft hands the FSM only LogCommand entries, so after a
+// no-op, barrier or configuration entry this is below raft's own applied
+// index; a caller waiting for an index must allow for that.
 func (f *FSM) AppliedIndex() uint64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -190,7 +192,7 @@ func (f *FSM) Hash() string {
 	f.mu.RLock()
 	doc := f.documentLocked()
 	f.mu.RUnlock()
-	data, err := json.Marshal(doc)
+	data, err := marshalJSON(doc)
 	if err != nil {
 		return ""
 	}

@@ -115,9 +115,13 @@ func (doc document) state() (*state, error) {
 
 type snapshot struct{ doc document }
 
-// Persist writes the document and cancels the sink on any error.
+// Persist writes the document and cancels the sink on any error. Like
+// Encode it does not escape HTML, so a replica restored from a snapshot holds
+// the same attrs bytes as one that applied the log.
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	if err := json.NewEncoder(sink).Encode(s.doc); err != nil {
+	enc := json.NewEncoder(sink)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s.doc); err != nil {
 		_ = sink.Cancel()
 		return fmt.Errorf("persist snapshot: %w", err)
 	}

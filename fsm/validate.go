@@ -3,7 +3,9 @@ package fsm
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -71,17 +73,25 @@ func checkText(field, s string, max int, required bool) error {
 // ValidateResourceID refuses an empty, over-long or control-character id.
 func ValidateResourceID(id string) error { return checkText("id", id, MaxIDLen, true) }
 
-// ValidateAttrs refuses attrs whose encoding exceeds MaxAttrsBytes or whose
-// values are not valid JSON.
+// ValidateAttrs refuses attrs whose values are not valid JSON or whose JSON
+// encoding (compact, keys sorted, no HTML escaping — the same measure whether
+// the API checks a request or Apply checks a decoded entry) is longer than
+// MaxAttrsBytes. Keys are checked in sorted order so every replica reports
+// the same error.
 func ValidateAttrs(attrs map[string]json.RawMessage) error {
-	size := 2
-	for k, v := range attrs {
-		if !json.Valid(v) {
+	for _, k := range slices.Sorted(maps.Keys(attrs)) {
+		if !json.Valid(attrs[k]) {
 			return fmt.Errorf("%w: attrs.%s is not valid JSON", ErrInvalidCommand, k)
 		}
-		size += len(k) + len(v) + 4
 	}
-	if size > MaxAttrsBytes {
+	if len(attrs) == 0 {
+		return nil
+	}
+	data, err := marshalJSON(attrs)
+	if err != nil {
+		return fmt.Errorf("%w: attrs: %v", ErrInvalidCommand, err)
+	}
+	if len(data) > MaxAttrsBytes {
 		return fmt.Errorf("%w: attrs are larger than %d bytes", ErrInvalidCommand, MaxAttrsBytes)
 	}
 	return nil
