@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/elanous/elanous-node/config"
+	"github.com/elanous/elanous-node/member"
+)
+
+// Client commands (status, token, lease, resources, member, join) share the
+// way they find the cluster and their credentials:
+//   - candidates: --candidates, else cluster.candidates of the configuration
+//     (--config or ELANOUS_CLUSTER_CANDIDATES), else the join file's URL;
+//   - token: ELANOUS_TOKEN, else --token-file, else the join file — never a
+//     plain flag, so no token shows up in ps or shell history. A token from
+//     the environment or a token file goes to the candidates listed; a token
+//     from the join file only to the address it was joined for.
+
+// tokenEnv is the environment variable client commands read their token from.
+const tokenEnv = "ELANOUS_TOKEN"
+
+// commandTimeout bounds a one-shot client command's requests.
+const commandTimeout = 15 * time.Second
+
+// clientFlags are the flags client commands share.
+type clientFlags struct {
+	candidates string
+	tokenFile  string
+}
+
+// bind defines --candidates, --token-file and --data-dir on cmd.
+func (f *clientFlags) bind(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.candidates, "candidates", "",
+		"comma-separated candidate URLs or machine=URL pairs (default: cluster.candidates from the config, else the join file's URL)")
+	fs.StringVar(&f.tokenFile, "token-file", "",
+		"file holding a bare token or a tokens.json, mode 0600 (used when "+tokenEnv+" is unset; default: the join file)")
+	bindDataDir(cmd)
+}
+
+// bindDataDir defines --data-dir, which config.Load maps to node.data_dir.
+func bindDataDir(cmd *cobra.Command) {
+	cmd.Flags().String("data-dir", "",
+		"member data directory holding control/join.json (config key node.data_dir, default /var/lib/elanous)")
+}
+
+// clientEnv is what a client command found: where the candidates are, the
+// join file and the token to use.
+type clientEnv struct {
+	scope      member.Scope
+	candidates []member.Candidate
+	from       string // where the candidates came from, for messages
+	dataDir    string
+	join       *member.Join // nil when absent or unusable
+	token      string       // from the environment or a token file; "" means the join file's
+	tokenFrom  string
+	logger     *slog.Logger
+	httpc      *http.Client
+}
+
+// loadClientConfig loads the configuration a client command reads: the
+// --config file, ELANOUS_* variables and --data-dir (node.data_dir).
+func loadClientConfig(cmd *cobra.Command) (config.Config, error) {
+	cfg, err := config.Load(config.LoadOptions{Flags: cmd.Flags()})
+	if err != nil {
+		return config.Config{}, fmt.Errorf("load configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+// env gathers the candidates and credentials for a command needing scope.
+// A join file that cannot be used (wrong mode, damaged) is an error when the
+// command needs it, and a warning on stderr otherwise.
+func (f *clientFlags) env(cmd *cobra.Command, scope member.Scope) (*clientEnv, error) {
+	cfg, err := loadClientConfig(cmd)
+	if err != nil {
+		return nil, err
+	}
+	e := &clientEnv{scope: scope, dataDir: cfg.Node.DataDir, httpc: &http.Client{},
+		logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	join, joinErr := member.ReadJoinFile(e.dataDir)
+	if joinErr == nil {
+		e.join = join
+	}
+
+	switch {
+	case strings.TrimSpace(f.candidates) != "":
+		if e.candidates, err = parseCandidates(f.candidates); err != nil {
+			return nil, err
+		}
+		e.from = "--candidates"
+	case len(cfg.Cluster.Candidates) > 0:
+		for _, c := range cfg.Cluster.Candidates {
+			e.candidates = append(e.candidates, member.Candidate{Machine: c.Machine, URL: c.URL})
+		}
+		e.from = "the configuration"
+	case joinErr != nil:
+		return nil, fmt.Errorf("no candidates: no --candidates and no cluster.candidates in the configuration, and %w", joinErr)
+	case e.join != nil:
+		e.candidates = []member.Candidate{{URL: e.join.URL}}
+		e.from = "the join file " + member.JoinPath(e.dataDir)
+	default:
+		return nil, fmt.Errorf("no candidates: pass --candidates URL,URL, set cluster.candidates in the configuration (--config), " +
+			"or run `elanous-node join` on this machine")
+	}
+
+	switch {
+	case os.Getenv(tokenEnv) != "":
+		tok := strings.TrimSpace(os.Getenv(tokenEnv))
+		if !member.ValidToken(tok) {
+			return nil, fmt.Errorf("%s is set but is not a token (64 lowercase hex characters)", tokenEnv)
+		}
+		e.token, e.tokenFrom = tok, tokenEnv
+	case f.tokenFile != "":
+		tf, err := member.ReadTokenFile(f.tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		tok, ok := tf.For(scope)
+		if !ok {
+			return nil, fmt.Errorf("token file %s holds no token of scope %s or wider", f.tokenFile, scope)
+		}
+		e.token, e.tokenFrom = tok, f.tokenFile
+	case joinErr != nil:
+		return nil, fmt.Errorf("no token: %s is unset, no --token-file, and %w", tokenEnv, joinErr)
+	case e.join == nil:
+		return nil, fmt.Errorf("no token: set %s, pass --token-file FILE, or run `elanous-node join` on this machine "+
+			"(a token is never taken from a plain flag)", tokenEnv)
+	default:
+		e.tokenFrom = "the join file " + member.JoinPath(e.dataDir)
+	}
+	if joinErr != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: ignoring the join file: %v\n", joinErr)
+	}
+	if e.token != "" {
+		for i := range e.candidates {
+			e.candidates[i].Tokens = member.Tokens{scope: e.token}
+		}
+	}
+	return e, nil
+}
+
+// parseCandidates reads "URL,URL" or "machine=URL,machine=URL".
+func parseCandidates(raw string) ([]member.Candidate, error) {
+	var out []member.Candidate
+	for _, item := range strings.Split(raw, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		var c member.Candidate
+		if name, u, ok := strings.Cut(item, "="); ok && !strings.Contains(name, "://") {
+			c = member.Candidate{Machine: strings.TrimSpace(name), URL: strings.TrimSpace(u)}
+		} else {
+			c = member.Candidate{URL: item}
+		}
+		if _, err := member.ParseOrigin(c.URL); err != nil {
+			return nil, fmt.Errorf("--candidates: %w", err)
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("--candidates lists no candidate")
+	}
+	return out, nil
+}
+
+// resolver builds the resolver over the candidates for the env's scope.
+func (e *clientEnv) resolver() (*member.Resolver, error) {
+	r, err := member.NewResolver(member.ResolverConfig{
+		Candidates: e.candidates, Join: e.join, Role: e.scope, HTTPClient: e.httpc, Logger: e.logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("candidates from %s: %w", e.from, err)
+	}
+	return r, nil
+}
+
+// client builds a client that follows the primary.
+func (e *clientEnv) client() (*member.Client, error) {
+	r, err := e.resolver()
+	if err != nil {
+		return nil, err
+	}
+	return member.NewClient(member.ClientConfig{Resolver: r, HTTPClient: e.httpc})
+}
+
+// withRetry runs call and, when the server was unreachable or answered 503,
+// re-resolves the primary and runs it once more — the member library's
+// failover rule, for one-shot commands.
+func withRetry(ctx context.Context, c *member.Client, call func(context.Context) error) error {
+	err := call(ctx)
+	if err != nil && ctx.Err() == nil && member.IsRetryable(err) {
+		if _, rerr := c.Reresolve(ctx); rerr == nil {
+			err = call(ctx)
+		}
+	}
+	return err
+}
+
+// explain adds a hint to common API errors.
+func explain(err error, scope member.Scope) error {
+	switch member.StatusCode(err) {
+	case http.StatusUnauthorized:
+		return fmt.Errorf("%w (the cluster does not know this token)", err)
+	case http.StatusForbidden:
+		return fmt.Errorf("%w (this token lacks the %s scope or the machine)", err, scope)
+	}
+	return err
+}
+
+// writeJSON prints v as one line of JSON.
+func writeJSON(w io.Writer, v any) error {
+	return json.NewEncoder(w).Encode(v)
+}
+
+// msTime formats Unix milliseconds for tables.
+func msTime(ms int64) string {
+	if ms <= 0 {
+		return "-"
+	}
+	return time.UnixMilli(ms).UTC().Format(time.RFC3339)
+}
+
+// orDash prints "-" for an empty cell.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/member"
+)
+
+func newTokenCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "token",
+		Short: "Issue, revoke or list member machine tokens",
+		Long: `Manage machine tokens: member-scope credentials limited to one machine's
+resources and leases. The cluster keeps only their SHA-256; a token is shown
+once, when issued. These commands need the admin token (ELANOUS_TOKEN or
+--token-file).`,
+		Example: `  elanous-node token issue --machine mbp > mbp.token && chmod 600 mbp.token
+  elanous-node token list
+  elanous-node token revoke --machine mbp`,
+	}
+	cmd.AddCommand(newTokenIssueCmd(), newTokenRevokeCmd(), newTokenListCmd())
+	return cmd
+}
+
+// adminClient builds an admin-scope client for the token commands.
+func adminClient(cmd *cobra.Command, flags *clientFlags) (*member.Client, error) {
+	env, err := flags.env(cmd, member.ScopeAdmin)
+	if err != nil {
+		return nil, err
+	}
+	return env.client()
+}
+
+func newTokenIssueCmd() *cobra.Command {
+	var (
+		flags   clientFlags
+		machine string
+		asJSON  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "issue --machine M [--json]",
+		Short: "Issue a machine token (replacing the machine's previous one) and print it once",
+		Long: `Issue a token for one machine and print it on stdout — the only time it is
+shown. Issuing again replaces the machine's previous token. Give the token to
+the machine in a 0600 file and run "elanous-node join" there.`,
+		Example: `  elanous-node token issue --machine mbp > mbp.token && chmod 600 mbp.token
+  elanous-node token issue --machine mbp --json`,
+		Args:                  cobra.NoArgs,
+		DisableFlagsInUseLine: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !member.ValidMachine(machine) {
+				return fmt.Errorf("--machine %q is not a valid machine name", machine)
+			}
+			c, err := adminClient(cmd, &flags)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), commandTimeout)
+			defer cancel()
+			var issued wire.IssuedToken
+			err = withRetry(ctx, c, func(ctx context.Context) (err error) {
+				issued, err = c.IssueMemberToken(ctx, machine)
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("issue token for %s: %w", machine, explain(err, member.ScopeAdmin))
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), issued)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "issued a token for %s at %s; it is shown only this once\n", issued.Machine, issued.IssuedAt)
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), issued.Token)
+			return err
+		},
+	}
+	flags.bind(cmd)
+	cmd.Flags().StringVar(&machine, "machine", "", "machine the token is limited to (required)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print {machine, token, issuedAt} as JSON")
+	_ = cmd.MarkFlagRequired("machine")
+	return cmd
+}
+
+func newTokenRevokeCmd() *cobra.Command {
+	var (
+		flags   clientFlags
+		machine string
+	)
+	cmd := &cobra.Command{
+		Use:                   "revoke --machine M",
+		Short:                 "Revoke a machine's token",
+		Example:               `  elanous-node token revoke --machine mbp`,
+		Args:                  cobra.NoArgs,
+		DisableFlagsInUseLine: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := adminClient(cmd, &flags)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), commandTimeout)
+			defer cancel()
+			err = withRetry(ctx, c, func(ctx context.Context) error { return c.RevokeMemberToken(ctx, machine) })
+			if member.IsNotFound(err) {
+				return fmt.Errorf("revoke token of %s: the machine has no token", machine)
+			}
+			if err != nil {
+				return fmt.Errorf("revoke token of %s: %w", machine, explain(err, member.ScopeAdmin))
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "revoked the token of %s\n", machine)
+			return err
+		},
+	}
+	flags.bind(cmd)
+	cmd.Flags().StringVar(&machine, "machine", "", "machine whose token to revoke (required)")
+	_ = cmd.MarkFlagRequired("machine")
+	return cmd
+}
+
+func newTokenListCmd() *cobra.Command {
+	var (
+		flags  clientFlags
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:                   "list [--json]",
+		Short:                 "List the machines that hold a token (never the tokens)",
+		Example:               `  elanous-node token list --json`,
+		Args:                  cobra.NoArgs,
+		DisableFlagsInUseLine: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := adminClient(cmd, &flags)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), commandTimeout)
+			defer cancel()
+			var list []wire.TokenInfo
+			err = withRetry(ctx, c, func(ctx context.Context) (err error) {
+				list, err = c.ListMemberTokens(ctx)
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("list tokens: %w", explain(err, member.ScopeAdmin))
+			}
+			if asJSON {
+				if list == nil {
+					list = []wire.TokenInfo{}
+				}
+				return writeJSON(cmd.OutOrStdout(), list)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "MACHINE\tISSUED AT")
+			for _, t := range list {
+				fmt.Fprintf(tw, "%s\t%s\n", t.Machine, t.IssuedAt)
+			}
+			return tw.Flush()
+		},
+	}
+	flags.bind(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	return cmd
+}
