@@ -106,8 +106,16 @@ func (n *Node) lead1(ctx context.Context, l *leadership) {
 }
 
 func (n *Node) claim(ctx context.Context, l *leadership) (fsm.Primary, error) {
-	if err := n.raft.Barrier(n.cfg.ClaimTimeout).Error(); err != nil {
-		return fsm.Primary{}, fmt.Errorf("barrier: %w", err)
+	barrier := n.raft.Barrier(n.cfg.ClaimTimeout)
+	done := make(chan error, 1)
+	go func() { done <- barrier.Error() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fsm.Primary{}, fmt.Errorf("barrier: %w", err)
+		}
+	case <-ctx.Done():
+		return fsm.Primary{}, fmt.Errorf("barrier: %w", ctx.Err())
 	}
 	claim := fsm.ClaimPrimary{Holder: n.cfg.ID, Now: l.now(), GraceMs: n.cfg.Grace.Milliseconds()}
 	res, err := n.apply(ctx, claim, n.cfg.ClaimTimeout)

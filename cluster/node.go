@@ -177,7 +177,6 @@ func New(cfg Config) (*Node, error) {
 	rc.TrailingLogs = cfg.TrailingLogs
 	rc.MaxAppendEntries = cfg.MaxAppendEntries
 	rc.NotifyCh = n.notifyCh
-	rc.BatchApplyCh = true // let the leader take up to MaxAppendEntries proposals per disk write
 	rc.Logger = raftLogger(cfg)
 	if err := raft.ValidateConfig(rc); err != nil {
 		n.closeAll()
