@@ -1,9 +1,11 @@
 package api
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"regexp"
 	"strings"
@@ -59,6 +61,10 @@ func hashTokens(t wire.TokensFile) []clusterToken {
 	return out
 }
 
+// errUnknownToken is returned by authenticate for a well-formed token that
+// is neither a cluster token nor a machine token applied on this node.
+var errUnknownToken = unauthorized("unknown token")
+
 func unauthorized(msg string) *Error {
 	return &Error{Status: http.StatusUnauthorized, Code: wire.CodeUnauthorized, Message: msg}
 }
@@ -93,7 +99,7 @@ func (s *Server) authenticate(r *http.Request) (Identity, error) {
 	if machine, ok := s.node.FSM().MachineForToken(sum); ok {
 		return Identity{Scope: ScopeMember, Machine: machine, Owner: owner}, nil
 	}
-	return Identity{}, unauthorized("unknown token")
+	return Identity{}, errUnknownToken
 }
 
 // require is middleware admitting callers with at least scope.
@@ -101,6 +107,9 @@ func (s *Server) require(scope Scope) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			id, err := s.authenticate(c.Request())
+			if errors.Is(err, errUnknownToken) && s.forwardUnknownToken(c) {
+				return nil
+			}
 			if err != nil {
 				return err
 			}
@@ -111,6 +120,27 @@ func (s *Server) require(scope Scope) echo.MiddlewareFunc {
 			return next(c)
 		}
 	}
+}
+
+// forwardUnknownToken lets the leader judge a token this follower does not
+// know: a machine token issued an instant ago (201 from the leader) may not be
+// applied here yet, and must not get 401 from one candidate and 200 from
+// another. It reports whether the leader's answer was written; when the
+// leader cannot be reached the caller answers 401 itself.
+func (s *Server) forwardUnknownToken(c echo.Context) bool {
+	if c.Request().Header.Get(wire.HeaderForwarded) != "" || s.node.IsLeader() {
+		return false
+	}
+	if _, ok := s.node.Leader(); !ok {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(c.Request().Context(), budget(c))
+	defer cancel()
+	err := s.forward(c, ctx)
+	if err != nil && !c.Response().Committed {
+		return false
+	}
+	return true
 }
 
 const identityKey = "elanous.identity"

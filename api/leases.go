@@ -3,6 +3,7 @@ package api
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -23,7 +24,8 @@ func newLeaseID() (string, error) {
 func (s *Server) acquireLease(c echo.Context) error {
 	var req wire.AcquireRequest
 	if err := decodeStrict(c, &req, false); err != nil {
-		if ae, ok := err.(*Error); ok && ae.Status == http.StatusBadRequest {
+		var ae *Error
+		if errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
 			ae.Code = wire.CodeInvalidPortLease
 		}
 		return err

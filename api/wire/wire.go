@@ -31,7 +31,6 @@ const (
 	CodeLeaseMismatch     = "lease-mismatch"      // 409: the port is held under another lease id
 	CodePortBandExhausted = "port-band-exhausted" // 409: no free port in the test band
 	CodeBodyTooLarge      = "body-too-large"      // 413: body over 64 KiB
-	CodeUnsupportedMedia  = "unsupported-media"   // 415: a body that is not JSON
 	CodeNoLeader          = "no-leader"           // 503: no leader known, retry later
 	CodeNotReady          = "not-ready"           // 503: leader elected but its claim is not applied here yet
 	CodeOutcomeUnknown    = "outcome-unknown"     // 503: the write may or may not have been applied

@@ -1,0 +1,173 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/elanous/elanous-node/api/apitest"
+	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/cluster"
+	"github.com/elanous/elanous-node/fsm"
+)
+
+// benchCluster is a three-node loopback cluster (raft over TCP, boltdb on
+// disk) that sweeps only at a due expiry, so the log carries only the
+// benchmark's commands.
+func benchCluster(b *testing.B) *apitest.Cluster {
+	opts := clusterOptions()
+	opts.Sweep = time.Hour
+	return apitest.Start(b, opts)
+}
+
+func reportOpsPerSec(b *testing.B, ops int) {
+	b.ReportMetric(float64(ops)/b.Elapsed().Seconds(), "ops/s")
+}
+
+// proposeAcquire acquires a lease through Propose; safe on any goroutine.
+func proposeAcquire(node *cluster.Node, owner string, n int64) (fsm.PortLease, error) {
+	res, err := node.Propose(context.Background(), fsm.AcquireLease{
+		Caller: fsm.Caller{Owner: owner}, LeaseID: fmt.Sprintf("bench-%s-%d", owner, n), Machine: "bench",
+		Purpose: "bench", TTLMs: memberTTL, BandStart: bandStart, BandEnd: bandEnd,
+	})
+	if err != nil {
+		return fsm.PortLease{}, fmt.Errorf("Propose(AcquireLease): %w", err)
+	}
+	return res.(fsm.PortLease), nil
+}
+
+// BenchmarkPropose_ThreeNodeTCP measures cluster.Node.Propose on the leader:
+// each op is one command stamped, replicated to a quorum over TCP, fsynced by
+// boltdb and applied.
+func BenchmarkPropose_ThreeNodeTCP(b *testing.B) {
+	c := benchCluster(b)
+	node := c.Nodes[c.Leader()].Node
+	ctx := context.Background()
+	var seq atomic.Int64
+
+	b.Run("renew", func(b *testing.B) {
+		l, err := proposeAcquire(node, "renew", seq.Add(1))
+		if err != nil {
+			b.Fatal(err)
+		}
+		cmd := fsm.RenewLease{Caller: fsm.Caller{Owner: "renew"}, Port: l.Port, LeaseID: l.LeaseID}
+		b.ResetTimer()
+		for range b.N {
+			if _, err := node.Propose(ctx, cmd); err != nil {
+				b.Fatalf("Propose(RenewLease) error = %v", err)
+			}
+		}
+		reportOpsPerSec(b, b.N)
+		b.StopTimer()
+		releaseAll(b, c)
+	})
+
+	// Each op is two proposals: an acquire and its release.
+	b.Run("acquire+release", func(b *testing.B) {
+		for range b.N {
+			l, err := proposeAcquire(node, "cycle", seq.Add(1))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := node.Propose(ctx, fsm.ReleaseLease{Caller: fsm.Caller{Owner: "cycle"}, Port: l.Port, LeaseID: l.LeaseID}); err != nil {
+				b.Fatalf("Propose(ReleaseLease) error = %v", err)
+			}
+		}
+		b.ReportMetric(float64(2*b.N)/b.Elapsed().Seconds(), "proposals/s")
+	})
+
+	// 32 concurrent owners renewing their own leases: raft batches them.
+	b.Run("renew-parallel", func(b *testing.B) {
+		b.SetParallelism(16)
+		var ops atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			owner := fmt.Sprintf("p%d", seq.Add(1))
+			l, err := proposeAcquire(node, owner, seq.Add(1))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			cmd := fsm.RenewLease{Caller: fsm.Caller{Owner: owner}, Port: l.Port, LeaseID: l.LeaseID}
+			for pb.Next() {
+				if _, err := node.Propose(ctx, cmd); err != nil {
+					b.Errorf("Propose(RenewLease) error = %v", err)
+					return
+				}
+				ops.Add(1)
+			}
+		})
+		reportOpsPerSec(b, int(ops.Load()))
+		b.StopTimer()
+		releaseAll(b, c)
+	})
+}
+
+// BenchmarkHTTP_LeaseRenew measures POST /v1/leases/port/{port}/heartbeat as
+// the TypeScript client sends it (no body, x-port-lease-id), through the
+// leader and through a follower (which forwards to the leader).
+func BenchmarkHTTP_LeaseRenew(b *testing.B) {
+	c := benchCluster(b)
+	leader, follower := c.Nodes[c.Leader()], c.Nodes[c.Follower()]
+	member := c.Tokens.Member
+	acquireHTTP := func(url string) (call, error) {
+		r, err := do(jsonCall(http.MethodPost, url+"/v1/leases/port", member, wire.AcquireRequest{Machine: "bench", Purpose: "http", TTLMs: memberTTL}))
+		if err != nil || r.Status != http.StatusCreated {
+			return call{}, fmt.Errorf("acquire = %v %v, want 201", r, err)
+		}
+		var l wire.PortLease
+		if err := strictUnmarshal(r.Body, &l); err != nil {
+			return call{}, err
+		}
+		return leaseCall(http.MethodPost, url, l.Port, member, l.LeaseID), nil
+	}
+	heartbeat := func(cl call) error {
+		r, err := do(cl)
+		if err != nil || r.Status != http.StatusOK {
+			return fmt.Errorf("lease heartbeat = %v %v, want 200", r, err)
+		}
+		return nil
+	}
+	serial := func(b *testing.B, url string) {
+		cl, err := acquireHTTP(leader.URL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cl.URL = url + cl.URL[len(leader.URL):]
+		b.ResetTimer()
+		for range b.N {
+			if err := heartbeat(cl); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportOpsPerSec(b, b.N)
+		b.StopTimer()
+		releaseAll(b, c)
+	}
+	b.Run("leader", func(b *testing.B) { serial(b, leader.URL) })
+	b.Run("follower", func(b *testing.B) { serial(b, follower.URL) })
+	// 32 concurrent clients, each renewing its own lease.
+	b.Run("leader-parallel", func(b *testing.B) {
+		var ops atomic.Int64
+		b.SetParallelism(16)
+		b.RunParallel(func(pb *testing.PB) {
+			cl, err := acquireHTTP(leader.URL)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			for pb.Next() {
+				if err := heartbeat(cl); err != nil {
+					b.Error(err)
+					return
+				}
+				ops.Add(1)
+			}
+		})
+		reportOpsPerSec(b, int(ops.Load()))
+		b.StopTimer()
+		releaseAll(b, c)
+	})
+}
