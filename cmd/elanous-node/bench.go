@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/member"
 )
 
 // benchResult is what one bench run measured.
@@ -101,45 +101,8 @@ type benchSpec struct {
 	concurrency int
 }
 
-type benchClient struct {
-	http  *http.Client
-	token string
-}
-
-func (c benchClient) do(ctx context.Context, method, u string, body any, hdr map[string]string, out any) (int, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return 0, err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if out != nil && resp.StatusCode < 300 {
-		return resp.StatusCode, json.NewDecoder(resp.Body).Decode(out)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, nil
-}
-
 func runBench(ctx context.Context, progress io.Writer, spec benchSpec) (benchResult, error) {
-	client := benchClient{token: spec.token, http: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	httpc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	var mu sync.Mutex
 	var lat []time.Duration
 	errCount := 0
@@ -152,8 +115,12 @@ func runBench(ctx context.Context, progress io.Writer, spec benchSpec) (benchRes
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			base := spec.urls[w%len(spec.urls)]
-			step, cleanup, err := benchStep(ctx, client, base, spec.op, w)
+			client, err := member.NewClient(member.ClientConfig{URL: spec.urls[w%len(spec.urls)], Token: spec.token, HTTPClient: httpc})
+			var step func() error
+			cleanup := func() {}
+			if err == nil {
+				step, cleanup, err = benchStep(client, spec.op, w)
+			}
 			if err != nil {
 				mu.Lock()
 				setupErr = err
@@ -166,9 +133,6 @@ func runBench(ctx context.Context, progress io.Writer, spec benchSpec) (benchRes
 				t0 := time.Now()
 				err := step()
 				d := time.Since(t0)
-				if ctx.Err() != nil {
-					return
-				}
 				mu.Lock()
 				if err != nil {
 					errCount++
@@ -208,25 +172,14 @@ func runBench(ctx context.Context, progress io.Writer, spec benchSpec) (benchRes
 }
 
 // benchStep prepares one client's loop body and the cleanup that undoes it.
-func benchStep(ctx context.Context, c benchClient, base, op string, w int) (step func() error, cleanup func(), err error) {
+// A step runs to completion on its own deadline, never cut by the end of the
+// run: a write cancelled in flight could be applied with its answer lost,
+// leaving a lease behind.
+func benchStep(c *member.Client, op string, w int) (step func() error, cleanup func(), err error) {
 	bg := context.Background()
-	status := func(code int, err error, want int) error {
-		if err != nil {
-			return err
-		}
-		if code != want {
-			return fmt.Errorf("status %d, want %d", code, want)
-		}
-		return nil
-	}
+	ctx := bg
 	acquire := func() (wire.PortLease, error) {
-		var l wire.PortLease
-		code, err := c.do(ctx, http.MethodPost, base+"/v1/leases/port", wire.AcquireRequest{Machine: "bench", Purpose: fmt.Sprintf("bench-%d", w), TTLMs: 60_000}, nil, &l)
-		return l, status(code, err, http.StatusCreated)
-	}
-	release := func(l wire.PortLease) error {
-		code, err := c.do(bg, http.MethodDelete, fmt.Sprintf("%s/v1/leases/port/%d", base, l.Port), nil, map[string]string{wire.HeaderPortLeaseID: l.LeaseID}, nil)
-		return status(code, err, http.StatusNoContent)
+		return c.AcquirePortLease(ctx, wire.AcquireRequest{Machine: "bench", Purpose: fmt.Sprintf("bench-%d", w), TTLMs: 60_000}, "")
 	}
 	switch op {
 	case "renew":
@@ -235,10 +188,10 @@ func benchStep(ctx context.Context, c benchClient, base, op string, w int) (step
 			return nil, nil, fmt.Errorf("acquire a lease to renew: %w", err)
 		}
 		return func() error {
-				code, err := c.do(ctx, http.MethodPost, fmt.Sprintf("%s/v1/leases/port/%d/heartbeat", base, l.Port), nil, map[string]string{wire.HeaderPortLeaseID: l.LeaseID}, nil)
-				return status(code, err, http.StatusOK)
+				_, err := c.RenewPortLease(ctx, l.Port, l.LeaseID)
+				return err
 			}, func() {
-				_ = release(l)
+				_ = c.ReleasePortLease(bg, l.Port, l.LeaseID)
 			}, nil
 	case "acquire":
 		return func() error {
@@ -246,21 +199,19 @@ func benchStep(ctx context.Context, c benchClient, base, op string, w int) (step
 			if err != nil {
 				return err
 			}
-			return release(l)
+			return c.ReleasePortLease(bg, l.Port, l.LeaseID)
 		}, func() {}, nil
 	case "register":
 		id := fmt.Sprintf("instance:bench/%d", w)
 		reg := wire.RegisterRequest{ID: id, Kind: "instance", Name: id, Machine: "bench", Endpoint: "http://bench", TTLMs: 60_000}
-		code, err := c.do(ctx, http.MethodPost, base+"/v1/resources/register", reg, nil, nil)
-		if err := status(code, err, http.StatusOK); err != nil {
+		if _, err := c.Register(ctx, reg); err != nil {
 			return nil, nil, fmt.Errorf("register a resource: %w", err)
 		}
-		path := base + "/v1/resources/" + url.PathEscape(id)
 		return func() error {
-				code, err := c.do(ctx, http.MethodPost, path+"/heartbeat", map[string]any{}, nil, nil)
-				return status(code, err, http.StatusOK)
+				_, err := c.HeartbeatResource(ctx, id, nil)
+				return err
 			}, func() {
-				_, _ = c.do(bg, http.MethodDelete, path, nil, nil, nil)
+				_ = c.DeleteResource(bg, id)
 			}, nil
 	}
 	return nil, nil, fmt.Errorf("unknown --op %q: want renew, register or acquire", op)
