@@ -41,6 +41,7 @@ var errorMapping = []struct {
 	{fsm.ErrForbidden, http.StatusForbidden, wire.CodeForbidden},
 	{fsm.ErrLeaseMismatch, http.StatusConflict, wire.CodeLeaseMismatch},
 	{fsm.ErrBandExhausted, http.StatusConflict, wire.CodePortBandExhausted},
+	{fsm.ErrIdempotencyKeyUsed, http.StatusConflict, wire.CodeIdempotencyUsed},
 	{cluster.ErrOutcomeUnknown, http.StatusServiceUnavailable, wire.CodeOutcomeUnknown},
 	{cluster.ErrNotReady, http.StatusServiceUnavailable, wire.CodeNotReady},
 	{cluster.ErrNoLeader, http.StatusServiceUnavailable, wire.CodeNoLeader},

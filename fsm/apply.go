@@ -153,6 +153,10 @@ func (a *applier) claim(c ClaimPrimary) interface{} {
 		a.st.leases[port] = l
 		a.touched[TableLeases] = true
 	}
+	for k, rec := range a.st.idem {
+		rec.Until = rebase(rec.Until)
+		a.st.idem[k] = rec
+	}
 	a.st.primary = Primary{Holder: c.Holder, Generation: a.term, ClaimedAt: c.Now, Index: a.index}
 	a.touched[TablePrimary] = true
 	return a.st.primary
@@ -245,6 +249,13 @@ func (a *applier) acquire(c AcquireLease) interface{} {
 		return fmt.Errorf("%w: token of machine %q cannot lease for %q", ErrForbidden, c.Caller.Machine, c.Machine)
 	}
 	if c.IdempotencyKey != "" {
+		if rec, ok := a.st.idem[idemKey(c.Caller.Owner, c.IdempotencyKey)]; ok && a.now < rec.Until {
+			if l, ok := a.st.leases[rec.Port]; ok && a.live(l.ExpiresAt) && l.LeaseID == rec.LeaseID {
+				return l
+			}
+			return fmt.Errorf("%w: lease %s on port %d", ErrIdempotencyKeyUsed, rec.LeaseID, rec.Port)
+		}
+		// Leases granted before keys were remembered carry their key.
 		for port := c.BandStart; port <= c.BandEnd; port++ {
 			if l, ok := a.st.leases[port]; ok && a.live(l.ExpiresAt) &&
 				l.Owner == c.Caller.Owner && l.IdempotencyKey == c.IdempotencyKey {
@@ -271,6 +282,10 @@ func (a *applier) acquire(c AcquireLease) interface{} {
 			Generation: a.term, Fence: a.index, IdempotencyKey: c.IdempotencyKey,
 		}
 		a.st.leases[port] = l
+		if c.IdempotencyKey != "" {
+			k := idemKey(c.Caller.Owner, c.IdempotencyKey)
+			a.st.idem[k] = idemRecord{Key: k, Port: port, LeaseID: c.LeaseID, Until: a.now + IdempotencyRetentionMs}
+		}
 		a.touched[TableLeases] = true
 		return l
 	}
@@ -366,6 +381,11 @@ func (a *applier) sweep() interface{} {
 			delete(a.st.leases, port)
 			res.Leases = append(res.Leases, port)
 			a.touched[TableLeases] = true
+		}
+	}
+	for k, rec := range a.st.idem {
+		if !a.live(rec.Until) {
+			delete(a.st.idem, k)
 		}
 	}
 	sort.Strings(res.Resources)

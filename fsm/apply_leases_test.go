@@ -135,7 +135,10 @@ func TestFSM_ApplyAcquireLease(t *testing.T) {
 			},
 		},
 		{
-			name: "idempotency key of an expired lease grants a new one",
+			// A late duplicate of an answered acquire must not grant a second
+			// lease after the first one ended (found by scripts/chaos
+			// partition-halves: a forwarded POST re-sent by the transport).
+			name: "idempotency key of an ended lease is refused while remembered",
 			setup: func(h *harness) {
 				c := acquireCmd(t0, memberCaller, "lease-1")
 				c.TTLMs, c.IdempotencyKey = 1000, "idem-1"
@@ -143,6 +146,21 @@ func TestFSM_ApplyAcquireLease(t *testing.T) {
 			},
 			cmd: func(h *harness) Command {
 				c := acquireCmd(t0+1000, memberCaller, "lease-2")
+				c.IdempotencyKey = "idem-1"
+				return c
+			},
+			wantErr: []error{ErrIdempotencyKeyUsed},
+		},
+		{
+			name: "idempotency key is forgotten after the retention",
+			setup: func(h *harness) {
+				c := acquireCmd(t0, memberCaller, "lease-1")
+				c.TTLMs, c.IdempotencyKey = 1000, "idem-1"
+				h.mustApply(c)
+				h.mustApply(Sweep{Now: t0 + IdempotencyRetentionMs})
+			},
+			cmd: func(h *harness) Command {
+				c := acquireCmd(t0+IdempotencyRetentionMs, memberCaller, "lease-2")
 				c.IdempotencyKey = "idem-1"
 				return c
 			},

@@ -26,6 +26,11 @@ var (
 	// ErrLeaseMismatch is returned when a port is held under another lease id
 	// than the one presented. Maps to 409 lease-mismatch.
 	ErrLeaseMismatch = errors.New("port is held under another lease id")
+	// ErrIdempotencyKeyUsed is returned by AcquireLease when the caller's
+	// Idempotency-Key already created a lease that has since been released
+	// or has expired: a late duplicate of an answered request must not grant
+	// a second lease. Maps to 409 idempotency-key-used.
+	ErrIdempotencyKeyUsed = errors.New("idempotency key already used by a lease that has ended")
 	// ErrBandExhausted is returned by AcquireLease when every port of the band
 	// is leased or excluded. Maps to 409 port-band-exhausted.
 	ErrBandExhausted = errors.New("port band exhausted")

@@ -14,6 +14,7 @@ type state struct {
 	leases    map[int]PortLease
 	tokens    map[string]MemberToken // by machine
 	byHash    map[string]string      // sha256 → machine, derived from tokens
+	idem      map[string]idemRecord  // owner + "/" + Idempotency-Key → the grant it made
 	primary   Primary
 	lastNow   int64             // the latest applied time (Unix ms)
 	indexes   [numTables]uint64 // log index of the last change to each table
@@ -25,6 +26,7 @@ func newState() *state {
 		leases:    map[int]PortLease{},
 		tokens:    map[string]MemberToken{},
 		byHash:    map[string]string{},
+		idem:      map[string]idemRecord{},
 	}
 }
 

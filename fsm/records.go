@@ -79,3 +79,18 @@ type Counts struct {
 	Leases    int `json:"leases"`
 	Tokens    int `json:"tokens"`
 }
+
+// IdempotencyRetentionMs is how long an acquire's Idempotency-Key is
+// remembered after the grant, live lease or not. A retried or duplicated
+// request arrives within seconds; ten minutes is ample.
+const IdempotencyRetentionMs = 10 * 60 * 1000
+
+// idemRecord remembers which lease an Idempotency-Key created.
+type idemRecord struct {
+	Key     string `json:"key"` // owner + "/" + Idempotency-Key
+	Port    int    `json:"port"`
+	LeaseID string `json:"leaseId"`
+	Until   int64  `json:"until"` // forgotten by the first Sweep at or after this time
+}
+
+func idemKey(owner, key string) string { return owner + "/" + key }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
 
 	"github.com/hashicorp/raft"
 )
@@ -22,6 +23,8 @@ type document struct {
 	Primary   Primary       `json:"primary"`
 	LastNow   int64         `json:"lastNow"`
 	Indexes   []uint64      `json:"indexes"`
+	// Idempotency holds the remembered Idempotency-Keys, sorted by key.
+	Idempotency []idemRecord `json:"idempotency,omitempty"`
 	// Applied is the FSM's last applied index when the snapshot was taken. It
 	// is zero in the document Hash encodes.
 	Applied uint64 `json:"applied,omitempty"`
@@ -48,6 +51,10 @@ func (f *FSM) documentLocked() document {
 		doc.Resources = append(doc.Resources, r)
 	}
 	sortResources(doc.Resources)
+	for _, rec := range st.idem {
+		doc.Idempotency = append(doc.Idempotency, rec)
+	}
+	sort.Slice(doc.Idempotency, func(i, j int) bool { return doc.Idempotency[i].Key < doc.Idempotency[j].Key })
 	for _, l := range sortedLeases(st.leases) {
 		doc.Leases = append(doc.Leases, leaseRecord{PortLease: l, IdempotencyKey: l.IdempotencyKey})
 	}
@@ -106,6 +113,9 @@ func (doc document) state() (*state, error) {
 	for _, t := range doc.Tokens {
 		st.tokens[t.Machine] = t
 		st.byHash[t.SHA256] = t.Machine
+	}
+	for _, rec := range doc.Idempotency {
+		st.idem[rec.Key] = rec
 	}
 	st.primary = doc.Primary
 	st.lastNow = doc.LastNow

@@ -22,19 +22,20 @@ const (
 
 // Error codes: the "error" field of every error body.
 const (
-	CodeInvalidRequest    = "invalid-request"     // 400: malformed body, unknown field, bad value
-	CodeInvalidPortLease  = "invalid-port-lease"  // 400: bad acquire, port outside the band, missing lease header
-	CodeUnauthorized      = "unauthorized"        // 401: no token, malformed or unknown token
-	CodeForbidden         = "forbidden"           // 403: token lacks the scope, machine or ownership
-	CodeNotFound          = "not-found"           // 404: no such record (or it has expired)
-	CodeMethodNotAllowed  = "method-not-allowed"  // 405
-	CodeLeaseMismatch     = "lease-mismatch"      // 409: the port is held under another lease id
-	CodePortBandExhausted = "port-band-exhausted" // 409: no free port in the test band
-	CodeBodyTooLarge      = "body-too-large"      // 413: body over 64 KiB
-	CodeNoLeader          = "no-leader"           // 503: no leader known, retry later
-	CodeNotReady          = "not-ready"           // 503: leader elected but its claim is not applied here yet
-	CodeOutcomeUnknown    = "outcome-unknown"     // 503: the write may or may not have been applied
-	CodeInternal          = "internal"            // 500
+	CodeInvalidRequest    = "invalid-request"      // 400: malformed body, unknown field, bad value
+	CodeInvalidPortLease  = "invalid-port-lease"   // 400: bad acquire, port outside the band, missing lease header
+	CodeUnauthorized      = "unauthorized"         // 401: no token, malformed or unknown token
+	CodeForbidden         = "forbidden"            // 403: token lacks the scope, machine or ownership
+	CodeNotFound          = "not-found"            // 404: no such record (or it has expired)
+	CodeMethodNotAllowed  = "method-not-allowed"   // 405
+	CodeLeaseMismatch     = "lease-mismatch"       // 409: the port is held under another lease id
+	CodePortBandExhausted = "port-band-exhausted"  // 409: no free port in the test band
+	CodeIdempotencyUsed   = "idempotency-key-used" // 409: the key's lease was released or expired
+	CodeBodyTooLarge      = "body-too-large"       // 413: body over 64 KiB
+	CodeNoLeader          = "no-leader"            // 503: no leader known, retry later
+	CodeNotReady          = "not-ready"            // 503: leader elected but its claim is not applied here yet
+	CodeOutcomeUnknown    = "outcome-unknown"      // 503: the write may or may not have been applied
+	CodeInternal          = "internal"             // 500
 )
 
 // Limits enforced by the server.
