@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/elanous/elanous-node/api/wire"
@@ -92,29 +93,10 @@ func (s *Server) forward(c echo.Context, ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	in := c.Request()
-	req, err := http.NewRequestWithContext(ctx, in.Method, strings.TrimRight(leader.URL, "/")+in.URL.RequestURI(), bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("build forward request: %w", err)
-	}
-	for _, h := range forwardedHeaders {
-		if v := in.Header.Get(h); v != "" {
-			req.Header.Set(h, v)
-		}
-	}
-	req.Header.Set(wire.HeaderForwarded, s.node.ID())
-	start := time.Now()
-	resp, err := s.client.Do(req)
+	resp, err := sendForward(ctx, s.client, c.Request(), body, leader, s.node.ID())
 	s.metrics.forwards.WithLabelValues(forwardResult(err)).Inc()
 	if err != nil {
-		var opErr *net.OpError
-		if errors.As(err, &opErr) && opErr.Op == "dial" {
-			return fmt.Errorf("%w: leader %s unreachable: %v", cluster.ErrNoLeader, leader.Machine, err)
-		}
-		if in.Method == http.MethodGet {
-			return fmt.Errorf("%w: forward to leader %s: %v", cluster.ErrNoLeader, leader.Machine, err)
-		}
-		return fmt.Errorf("%w: forward to leader %s after %v: %v", cluster.ErrOutcomeUnknown, leader.Machine, time.Since(start).Round(time.Millisecond), err)
+		return err
 	}
 	defer resp.Body.Close()
 	for _, h := range copiedHeaders {
@@ -132,4 +114,39 @@ func forwardResult(err error) string {
 		return "error"
 	}
 	return "ok"
+}
+
+// sendForward sends in (with body) to the leader and classifies a failure:
+// ErrNoLeader when the leader cannot have seen the request (it was never
+// written), ErrOutcomeUnknown for a write it may have applied. The transport
+// may send a request more than once (it replays one that carries
+// Idempotency-Key after a broken connection), so "written" is tracked over
+// every attempt: a dial error on a replay after a written attempt does not
+// mean "not sent".
+func sendForward(ctx context.Context, client *http.Client, in *http.Request, body []byte, leader cluster.Candidate, self string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, in.Method, strings.TrimRight(leader.URL, "/")+in.URL.RequestURI(), bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("build forward request: %w", err)
+	}
+	for _, h := range forwardedHeaders {
+		if v := in.Header.Get(h); v != "" {
+			req.Header.Set(h, v)
+		}
+	}
+	req.Header.Set(wire.HeaderForwarded, self)
+	var wrote atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
+	}))
+	start := time.Now()
+	resp, err := client.Do(req)
+	switch {
+	case err == nil:
+		return resp, nil
+	case !wrote.Load():
+		return nil, fmt.Errorf("%w: leader %s unreachable: %v", cluster.ErrNoLeader, leader.Machine, err)
+	case in.Method == http.MethodGet:
+		return nil, fmt.Errorf("%w: forward to leader %s: %v", cluster.ErrNoLeader, leader.Machine, err)
+	}
+	return nil, fmt.Errorf("%w: forward to leader %s after %v: %v", cluster.ErrOutcomeUnknown, leader.Machine, time.Since(start).Round(time.Millisecond), err)
 }
