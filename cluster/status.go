@@ -46,11 +46,13 @@ func (n *Node) Ready() bool {
 }
 
 // PrimaryKnown reports whether this node can vouch for the primary claim it
-// holds: it leads with its claim applied, or it follows a leader it heard
-// from within the heartbeat timeout and has applied that leader's claim.
+// holds: it leads and its own claim for the current term is applied (the
+// same apply that wakes /v1/primary watchers), or it follows a leader it
+// heard from within the heartbeat timeout and has applied that leader's claim.
 func (n *Node) PrimaryKnown() bool {
-	if _, err := n.readyLeadership(); err == nil {
-		return true
+	if n.IsLeader() {
+		p := n.fsm.Primary()
+		return p.Holder == n.cfg.ID && p.Generation == n.raft.CurrentTerm()
 	}
 	if !n.Ready() {
 		return false
