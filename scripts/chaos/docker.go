@@ -1,0 +1,211 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/elanous/elanous-node/scripts/chaos/check"
+	"github.com/elanous/elanous-node/scripts/chaos/harness"
+)
+
+// The container scenario runs deploy/compose.yaml under this project name,
+// with the image built from deploy/Dockerfile and a chaos build.
+const (
+	composeProject = "elnchaos"
+	chaosImage     = "elanous-node:chaos"
+	clusterNet     = composeProject + "_cluster"
+)
+
+var dockerNodes = []struct{ name, ip, url string }{
+	{"node-a", "10.77.1.11", "http://127.0.0.1:31413"},
+	{"node-b", "10.77.1.12", "http://127.0.0.1:31423"},
+	{"node-c", "10.77.1.13", "http://127.0.0.1:31433"},
+}
+
+// dockerEnv is the container backend of one scenario run.
+type dockerEnv struct {
+	deploy string // the repository's deploy/ directory
+	dir    string
+	ids    []string // container ids, by node index
+}
+
+func docker(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "docker", args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if err != nil {
+		return out.String(), fmt.Errorf("docker %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+	}
+	return out.String(), nil
+}
+
+func (d *dockerEnv) compose(ctx context.Context, args ...string) (string, error) {
+	full := append([]string{"-p", composeProject, "-f", filepath.Join(d.deploy, "compose.yaml")}, args...)
+	cmd := exec.CommandContext(ctx, "docker-compose", full...)
+	cmd.Env = append(os.Environ(), "ELANOUS_IMAGE="+chaosImage, "ELANOUS_DATA_DIR="+filepath.Join(d.dir, "data"))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if err != nil {
+		return out.String(), fmt.Errorf("docker-compose %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+	}
+	return out.String(), nil
+}
+
+// runDocker builds the image, starts the compose cluster and drives it.
+func (s *suite) runDocker(ctx context.Context, sc scenario, dir string, mon *leaderMonitor) ([]check.Op, finalState, error) {
+	var fs finalState
+	if _, err := exec.LookPath("docker-compose"); err != nil {
+		return nil, fs, fmt.Errorf("docker-compose is not installed (apt-get install docker-compose)")
+	}
+	gomod, _ := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	d := &dockerEnv{deploy: filepath.Join(filepath.Dir(strings.TrimSpace(string(gomod))), "deploy"), dir: dir}
+	// The image: deploy/Dockerfile with the static chaos binary as its context.
+	bctx := filepath.Join(dir, "image")
+	if err := os.MkdirAll(bctx, 0o755); err != nil {
+		return nil, fs, err
+	}
+	if err := staticELF(s.bin); err != nil {
+		return nil, fs, err
+	}
+	bin, err := os.ReadFile(s.bin)
+	if err != nil {
+		return nil, fs, err
+	}
+	if err := os.WriteFile(filepath.Join(bctx, "elanous-node"), bin, 0o755); err != nil {
+		return nil, fs, err
+	}
+	s.logf("[%s] docker build -f deploy/Dockerfile -t %s", sc.name, chaosImage)
+	bcmd := exec.CommandContext(ctx, "docker", "build", "-q", "-f", filepath.Join(d.deploy, "Dockerfile"), "-t", chaosImage, bctx)
+	bcmd.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
+	if out, err := bcmd.CombinedOutput(); err != nil {
+		return nil, fs, fmt.Errorf("docker build: %w: %s", err, out)
+	}
+	tokens, err := harness.NewTokens()
+	if err != nil {
+		return nil, fs, err
+	}
+	for _, n := range dockerNodes {
+		if err := harness.WriteTokens(filepath.Join(dir, "data", n.name, "control", "tokens.json"), tokens); err != nil {
+			return nil, fs, err
+		}
+	}
+	_, _ = d.compose(context.WithoutCancel(ctx), "down", "-v", "--remove-orphans")
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		for i, id := range d.ids {
+			_, _ = docker(dctx, "unpause", id)
+			if out, err := exec.CommandContext(dctx, "docker", "logs", id).CombinedOutput(); err == nil {
+				_ = os.WriteFile(filepath.Join(dir, dockerNodes[i].name+".log"), out, 0o644)
+			}
+		}
+		_, _ = d.compose(dctx, "down", "-v", "--remove-orphans")
+		_, _ = docker(dctx, "rmi", "-f", chaosImage)
+	}()
+	s.logf("[%s] docker-compose up", sc.name)
+	if _, err := d.compose(ctx, "up", "-d"); err != nil {
+		return nil, fs, err
+	}
+	for _, n := range dockerNodes {
+		out, err := d.compose(ctx, "ps", "-q", n.name)
+		if err != nil {
+			return nil, fs, err
+		}
+		d.ids = append(d.ids, strings.TrimSpace(out))
+	}
+	var names, urls []string
+	for _, n := range dockerNodes {
+		names, urls = append(names, n.name), append(urls, n.url)
+	}
+	c := harness.Attach(names, urls, tokens)
+	for i, n := range c.Nodes {
+		n.LogPath = filepath.Join(dir, dockerNodes[i].name+".log")
+	}
+	e := &env{s: s, name: sc.name, c: c, dock: d}
+	if _, err := e.leader(ctx); err != nil {
+		return nil, fs, fmt.Errorf("container cluster did not elect a leader (see node-*.log): %w", err)
+	}
+	h, fs, err := s.drive(ctx, sc, e, mon)
+	// drive read the logs before they were written: read them now.
+	for i, id := range d.ids {
+		if out, lerr := exec.Command("docker", "logs", id).CombinedOutput(); lerr == nil {
+			_ = os.WriteFile(filepath.Join(dir, dockerNodes[i].name+".log"), out, 0o644)
+		}
+	}
+	for _, line := range c.PanicLines() {
+		fs.violations = append(fs.violations, check.Violation{Kind: "panic", Detail: line})
+	}
+	return h, fs, err
+}
+
+// heal reconnects every container to the cluster network and unpauses it.
+func (d *dockerEnv) heal(ctx context.Context) {
+	for i, id := range d.ids {
+		_, _ = docker(ctx, "unpause", id)
+		out, _ := docker(ctx, "inspect", "-f", "{{json .NetworkSettings.Networks}}", id)
+		if !strings.Contains(out, clusterNet) {
+			_, _ = docker(ctx, "network", "connect", "--ip", dockerNodes[i].ip, clusterNet, id)
+		}
+	}
+}
+
+// dockerFaults disconnects the leader from the cluster network, reconnects
+// it, then pauses the leader's container, repeatedly.
+func dockerFaults(ctx context.Context, e *env) error {
+	d := e.dock
+	for round := 0; ctx.Err() == nil; round++ {
+		l, err := e.leader(ctx)
+		if err != nil {
+			return err
+		}
+		id := d.ids[l]
+		if round%2 == 0 {
+			e.logf("docker network disconnect %s %s", clusterNet, e.c.Nodes[l].Name)
+			if _, err := docker(ctx, "network", "disconnect", clusterNet, id); err != nil {
+				return err
+			}
+			e.sleep(ctx, 4*time.Second)
+			e.logf("docker network connect %s", e.c.Nodes[l].Name)
+			if _, err := docker(context.WithoutCancel(ctx), "network", "connect", "--ip", dockerNodes[l].ip, clusterNet, id); err != nil {
+				return err
+			}
+		} else {
+			e.logf("docker pause %s", e.c.Nodes[l].Name)
+			if _, err := docker(ctx, "pause", id); err != nil {
+				return err
+			}
+			e.sleep(ctx, 3*time.Second)
+			e.logf("docker unpause %s", e.c.Nodes[l].Name)
+			if _, err := docker(context.WithoutCancel(ctx), "unpause", id); err != nil {
+				return err
+			}
+		}
+		e.sleep(ctx, 2*time.Second)
+	}
+	return ctx.Err()
+}
+
+// staticELF refuses a dynamically linked binary: a FROM scratch image has no
+// loader, and the container would die with "exec /elanous-node: no such file".
+func staticELF(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked; the FROM scratch image needs CGO_ENABLED=0", path)
+		}
+	}
+	return nil
+}

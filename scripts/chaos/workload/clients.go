@@ -1,0 +1,237 @@
+package workload
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/scripts/chaos/check"
+)
+
+// held is a lease a client believes it holds.
+type held struct {
+	port    int
+	leaseID string
+	ttl     time.Duration
+	short   bool
+}
+
+// leases acquires a lease, renews it a few times and releases it (or, for a
+// short lease now and then, lets it expire), forever. An acquire whose
+// outcome is unknown is retried once with the same Idempotency-Key; a grant
+// still unaccounted for is looked for in the client's next consistent read
+// and released, so the band does not fill with orphans.
+func (c *client) leases(ctx context.Context) {
+	var orphans []string
+	for ctx.Err() == nil {
+		if len(orphans) > 0 {
+			orphans = c.reclaim(ctx, orphans)
+		}
+		c.seq++
+		short := c.rng.IntN(10) < 3
+		ttl := LongLeaseTTL
+		if short {
+			ttl = c.w.cfg.ShortTTL
+		}
+		purpose := fmt.Sprintf("c%d-%d", c.id, c.seq)
+		if short {
+			purpose += "-short"
+		}
+		o := c.acquire(ctx, purpose, ttl, short)
+		if o.Outcome == check.Indeterminate && c.pause(ctx, 100*time.Millisecond) {
+			o = c.acquire(ctx, purpose, ttl, short)
+		}
+		switch o.Outcome {
+		case check.Indeterminate:
+			orphans = append(orphans, purpose)
+			continue
+		case check.Failed:
+			c.pause(ctx, 200*time.Millisecond)
+			continue
+		}
+		h := held{port: o.Port, leaseID: o.LeaseID, ttl: ttl, short: short}
+		lost := false
+		for n := 1 + c.rng.IntN(5); n > 0 && !lost; n-- {
+			every := 4 * c.w.cfg.Pace
+			if short {
+				every = min(every, c.w.cfg.ShortTTL/4)
+			}
+			if !c.pause(ctx, every) {
+				break
+			}
+			r := c.renew(ctx, h)
+			lost = r.Outcome == check.Failed && (r.Status == http.StatusNotFound || r.Status == http.StatusConflict)
+		}
+		if lost {
+			continue
+		}
+		if short && c.rng.IntN(5) == 0 {
+			continue // abandon it: the leader's sweep must expire it
+		}
+		for try := 0; try < 3; try++ {
+			r := c.release(context.WithoutCancel(ctx), h)
+			if r.Outcome == check.OK || r.Status == http.StatusNotFound || r.Status == http.StatusConflict {
+				break
+			}
+			if !c.pause(ctx, 200*time.Millisecond) {
+				break
+			}
+		}
+		c.pause(ctx, c.w.cfg.Pace)
+	}
+}
+
+func (c *client) acquire(ctx context.Context, purpose string, ttl time.Duration, short bool) check.Op {
+	t := c.target()
+	body := wire.AcquireRequest{Machine: fmt.Sprintf("chaos-m%d", c.id), Purpose: purpose, TTLMs: ttl.Milliseconds()}
+	call := c.w.Rec.Now()
+	r := c.do(ctx, t, http.MethodPost, "/v1/leases/port", body, writeTimeout, map[string]string{wire.HeaderIdempotencyKey: purpose})
+	o := check.Op{Kind: check.LeaseAcquire, Purpose: purpose, TTLMs: ttl.Milliseconds(), Short: short,
+		Outcome: classify(r, http.StatusCreated)}
+	if o.Outcome == check.OK {
+		var l wire.PortLease
+		if err := json.Unmarshal(r.body, &l); err != nil || l.LeaseID == "" {
+			o.Outcome = check.Indeterminate
+		} else {
+			o.Port, o.LeaseID, o.Generation = l.Port, l.LeaseID, l.Generation
+			o.Leases = []wire.PortLease{l}
+		}
+	}
+	if ctx.Err() != nil && o.Outcome == check.Indeterminate {
+		o.Code = "cancelled at end of run"
+	}
+	return c.record(o, t, call, r)
+}
+
+func (c *client) renew(ctx context.Context, h held) check.Op {
+	t := c.target()
+	call := c.w.Rec.Now()
+	r := c.do(ctx, t, http.MethodPost, fmt.Sprintf("/v1/leases/port/%d/heartbeat", h.port), nil, leaseTimeout,
+		map[string]string{wire.HeaderPortLeaseID: h.leaseID})
+	o := check.Op{Kind: check.LeaseRenew, Port: h.port, LeaseID: h.leaseID, TTLMs: h.ttl.Milliseconds(), Short: h.short,
+		Outcome: classify(r, http.StatusOK)}
+	return c.record(o, t, call, r)
+}
+
+func (c *client) release(ctx context.Context, h held) check.Op {
+	t := c.target()
+	call := c.w.Rec.Now()
+	r := c.do(ctx, t, http.MethodDelete, fmt.Sprintf("/v1/leases/port/%d", h.port), nil, leaseTimeout,
+		map[string]string{wire.HeaderPortLeaseID: h.leaseID})
+	o := check.Op{Kind: check.LeaseRelease, Port: h.port, LeaseID: h.leaseID, TTLMs: h.ttl.Milliseconds(), Short: h.short,
+		Outcome: classify(r, http.StatusNoContent)}
+	return c.record(o, t, call, r)
+}
+
+// reclaim reads the lease table and releases every lease granted under one of
+// the given purposes; it returns the purposes still unaccounted for.
+func (c *client) reclaim(ctx context.Context, purposes []string) []string {
+	o := c.readLeases(ctx, c.target())
+	if o.Outcome != check.OK {
+		return purposes
+	}
+	want := map[string]bool{}
+	for _, p := range purposes {
+		want[p] = true
+	}
+	for _, l := range o.Leases {
+		if want[l.Purpose] {
+			short := l.TTLMs < LongLeaseTTL.Milliseconds()
+			c.release(ctx, held{port: l.Port, leaseID: l.LeaseID, ttl: time.Duration(l.TTLMs) * time.Millisecond, short: short})
+		}
+	}
+	// Anything not listed now was never granted, or was granted and has
+	// expired; either way the band is not held by it any longer. A purpose
+	// granted later than this read is caught by the checker, not here.
+	return nil
+}
+
+// resources registers, heartbeats and deletes resources drawn from a small
+// shared set of ids.
+func (c *client) resources(ctx context.Context) {
+	ids := ResourceIDs()
+	for ctx.Err() == nil {
+		c.seq++
+		id := ids[c.rng.IntN(len(ids))]
+		t := c.target()
+		call := c.w.Rec.Now()
+		var r response
+		o := check.Op{ResID: id}
+		switch p := c.rng.IntN(10); {
+		case p < 4:
+			o.Kind, o.Value = check.ResRegister, fmt.Sprintf("c%d-%d", c.id, c.seq)
+			w, _ := json.Marshal(o.Value)
+			kind, machine, endpoint := "instance", "chaos-host", "http://chaos-host.invalid:8080"
+			if id[0] == 'm' {
+				kind, machine, endpoint = "machine", id[len("machine:"):], ""
+			}
+			body := wire.RegisterRequest{ID: id, Kind: kind, Name: id, Machine: machine, Owner: "", Endpoint: endpoint,
+				Attrs:      map[string]json.RawMessage{check.AttrWrite: w, check.AttrHeartbeat: json.RawMessage(`""`)},
+				ObservedAt: time.Now().UnixMilli(), TTLMs: ResourceTTL.Milliseconds()}
+			r = c.do(ctx, t, http.MethodPost, "/v1/resources/register", body, writeTimeout, nil)
+			o.Outcome = classify(r, http.StatusOK)
+		case p < 8:
+			o.Kind, o.Value = check.ResHeartbeat, fmt.Sprintf("c%d-%d", c.id, c.seq)
+			hb, _ := json.Marshal(o.Value)
+			body := wire.HeartbeatRequest{Attrs: map[string]json.RawMessage{check.AttrHeartbeat: hb}}
+			r = c.do(ctx, t, http.MethodPost, "/v1/resources/"+encodeID(id)+"/heartbeat", body, writeTimeout, nil)
+			o.Outcome = classify(r, http.StatusOK)
+		default:
+			o.Kind = check.ResDelete
+			r = c.do(ctx, t, http.MethodDelete, "/v1/resources/"+encodeID(id), nil, writeTimeout, nil)
+			o.Outcome = classify(r, http.StatusNoContent)
+		}
+		c.record(o, t, call, r)
+		c.pause(ctx, c.w.cfg.Pace)
+	}
+}
+
+// reads alternates consistent reads of both tables with /v1/primary polls.
+func (c *client) reads(ctx context.Context) {
+	for ctx.Err() == nil {
+		t := c.target()
+		switch c.rng.IntN(3) {
+		case 0:
+			c.readLeases(ctx, t)
+		case 1:
+			c.readResources(ctx, t)
+		default:
+			c.primary(ctx, t)
+		}
+		c.pause(ctx, 2*c.w.cfg.Pace)
+	}
+}
+
+func (c *client) readLeases(ctx context.Context, t int) check.Op {
+	call := c.w.Rec.Now()
+	r := c.do(ctx, t, http.MethodGet, "/v1/leases/port?consistent=true", nil, readTimeout, nil)
+	o := check.Op{Kind: check.LeaseRead, Outcome: check.Failed}
+	if r.status == http.StatusOK && r.err == nil && json.Unmarshal(r.body, &o.Leases) == nil {
+		o.Outcome, o.Generation = check.OK, genOf(r.header)
+	}
+	return c.record(o, t, call, r)
+}
+
+func (c *client) readResources(ctx context.Context, t int) check.Op {
+	call := c.w.Rec.Now()
+	r := c.do(ctx, t, http.MethodGet, "/v1/resources?consistent=true", nil, readTimeout, nil)
+	o := check.Op{Kind: check.ResRead, Outcome: check.Failed}
+	if r.status == http.StatusOK && r.err == nil && json.Unmarshal(r.body, &o.Resources) == nil {
+		o.Outcome, o.Generation = check.OK, genOf(r.header)
+	}
+	return c.record(o, t, call, r)
+}
+
+func (c *client) primary(ctx context.Context, t int) check.Op {
+	call := c.w.Rec.Now()
+	r := c.do(ctx, t, http.MethodGet, "/v1/primary", nil, readTimeout, nil)
+	o := check.Op{Kind: check.PrimaryPoll, Outcome: check.Failed}
+	var p wire.Primary
+	if r.status == http.StatusOK && r.err == nil && json.Unmarshal(r.body, &p) == nil {
+		o.Outcome, o.Known, o.Generation, o.Holder = check.OK, p.Known, p.Generation, p.Holder
+	}
+	return c.record(o, t, call, r)
+}

@@ -1,0 +1,204 @@
+package workload
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/scripts/chaos/check"
+)
+
+// fakeServer is a single-node, in-memory stand-in for the cluster's API,
+// correct unless stale is set: then consistent lease reads answer from a copy
+// of the table taken a while ago.
+type fakeServer struct {
+	mu        sync.Mutex
+	leases    map[int]wire.PortLease
+	idem      map[string]int
+	resources map[string]wire.Resource
+	next      int
+	stale     bool
+	snapshot  []wire.PortLease
+	snapAt    time.Time
+}
+
+func newFake() *fakeServer {
+	return &fakeServer{leases: map[int]wire.PortLease{}, idem: map[string]int{}, resources: map[string]wire.Resource{}}
+}
+
+func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now().UnixMilli()
+	for p, l := range f.leases {
+		if l.ExpiresAt <= now {
+			delete(f.leases, p)
+		}
+	}
+	w.Header().Set(wire.HeaderGeneration, "7")
+	reply := func(status int, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		if v != nil {
+			_ = json.NewEncoder(w).Encode(v)
+		}
+	}
+	fail := func(status int, code string) { reply(status, wire.Error{Error: code, Message: code}) }
+	path := r.URL.EscapedPath()
+	switch {
+	case path == "/v1/primary":
+		reply(200, wire.Primary{Known: true, Holder: "node-a", Generation: 7})
+	case path == "/v1/leases/port" && r.Method == http.MethodPost:
+		var req wire.AcquireRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		if p, ok := f.idem[r.Header.Get(wire.HeaderIdempotencyKey)]; ok {
+			if l, ok := f.leases[p]; ok && l.Purpose == req.Purpose {
+				reply(201, l)
+				return
+			}
+		}
+		for p := 31450; p <= 31499; p++ {
+			if _, ok := f.leases[p]; ok {
+				continue
+			}
+			f.next++
+			l := wire.PortLease{Port: p, LeaseID: fmt.Sprintf("lease-%d", f.next), Purpose: req.Purpose, TTLMs: req.TTLMs,
+				GrantedAt: now, ExpiresAt: now + req.TTLMs, Generation: 7}
+			f.leases[p] = l
+			f.idem[r.Header.Get(wire.HeaderIdempotencyKey)] = p
+			reply(201, l)
+			return
+		}
+		fail(409, wire.CodePortBandExhausted)
+	case path == "/v1/leases/port" && r.Method == http.MethodGet:
+		var ls []wire.PortLease
+		if f.stale && time.Since(f.snapAt) < 300*time.Millisecond {
+			ls = f.snapshot
+		} else {
+			for _, l := range f.leases {
+				ls = append(ls, l)
+			}
+			f.snapshot, f.snapAt = ls, time.Now()
+		}
+		if ls == nil {
+			ls = []wire.PortLease{}
+		}
+		reply(200, ls)
+	case strings.HasPrefix(path, "/v1/leases/port/"):
+		rest := strings.TrimPrefix(path, "/v1/leases/port/")
+		p, _ := strconv.Atoi(strings.TrimSuffix(rest, "/heartbeat"))
+		l, ok := f.leases[p]
+		switch {
+		case !ok:
+			fail(404, wire.CodeNotFound)
+		case l.LeaseID != r.Header.Get(wire.HeaderPortLeaseID):
+			fail(409, wire.CodeLeaseMismatch)
+		case r.Method == http.MethodDelete:
+			delete(f.leases, p)
+			reply(204, nil)
+		default:
+			l.ExpiresAt = now + l.TTLMs
+			f.leases[p] = l
+			reply(200, wire.LeaseHeartbeatResponse{Port: p, LeaseID: l.LeaseID, ExpiresAt: l.ExpiresAt})
+		}
+	case path == "/v1/resources/register":
+		var req wire.RegisterRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		res := wire.Resource{ID: req.ID, Kind: req.Kind, Attrs: req.Attrs}
+		f.resources[req.ID] = res
+		reply(200, res)
+	case path == "/v1/resources" && r.Method == http.MethodGet:
+		rs := []wire.Resource{}
+		for _, res := range f.resources {
+			rs = append(rs, res)
+		}
+		reply(200, rs)
+	case strings.HasPrefix(path, "/v1/resources/"):
+		raw := strings.TrimSuffix(strings.TrimPrefix(path, "/v1/resources/"), "/heartbeat")
+		id, _ := url.PathUnescape(raw)
+		res, ok := f.resources[id]
+		if !ok {
+			fail(404, wire.CodeNotFound)
+			return
+		}
+		if r.Method == http.MethodDelete {
+			delete(f.resources, id)
+			reply(204, nil)
+			return
+		}
+		var req wire.HeartbeatRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		attrs := map[string]json.RawMessage{}
+		for k, v := range res.Attrs {
+			attrs[k] = v
+		}
+		for k, v := range req.Attrs {
+			attrs[k] = v
+		}
+		res.Attrs = attrs
+		f.resources[id] = res
+		reply(200, wire.HeartbeatResponse{ID: id})
+	default:
+		fail(404, wire.CodeNotFound)
+	}
+}
+
+func runAgainst(t *testing.T, f *fakeServer, d time.Duration) []check.Op {
+	t.Helper()
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	rec := NewRecorder()
+	w := New(Config{Targets: []Target{{Name: "fake", URL: srv.URL}}, Clients: 9, ShortTTL: 300 * time.Millisecond,
+		Pace: 5 * time.Millisecond, Seed: 1}, rec)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	w.Run(ctx)
+	if _, _, err := w.FinalRead(context.Background(), 0); err != nil {
+		t.Fatalf("FinalRead() = %v", err)
+	}
+	return rec.Ops()
+}
+
+func TestWorkload_CorrectServerPasses(t *testing.T) {
+	h := runAgainst(t, newFake(), 1500*time.Millisecond)
+	kinds := map[check.Kind]int{}
+	for _, o := range h {
+		if o.Outcome == check.OK {
+			kinds[o.Kind]++
+		}
+	}
+	for _, k := range []check.Kind{check.LeaseAcquire, check.LeaseRenew, check.LeaseRelease, check.LeaseRead,
+		check.ResRegister, check.ResHeartbeat, check.ResDelete, check.ResRead, check.PrimaryPoll} {
+		if kinds[k] == 0 {
+			t.Errorf("no successful %s in %d operations", k, len(h))
+		}
+	}
+	res := check.Check(h, check.Options{Timeout: time.Minute})
+	if !res.Linearizable || len(res.Violations) > 0 {
+		t.Errorf("Check(history of a correct server) = %v %v, want linearizable, no violations", res.Linearizable, res.Violations)
+	}
+}
+
+func TestWorkload_StaleReadsAreCaught(t *testing.T) {
+	f := newFake()
+	f.stale = true
+	h := runAgainst(t, f, 1500*time.Millisecond)
+	if res := check.Check(h, check.Options{Timeout: time.Minute}); res.Linearizable {
+		t.Errorf("Check(history with stale consistent reads).Linearizable = true, want false")
+	}
+}
+
+func TestEncodeID(t *testing.T) {
+	if got, want := encodeID("instance:host/1 a"), "instance%3Ahost%2F1%20a"; got != want {
+		t.Errorf("encodeID() = %q, want %q", got, want)
+	}
+}
