@@ -163,6 +163,7 @@ func New(cfg Config) (*Node, error) {
 		}
 		trans = t
 	}
+	trans = safeTransport(trans)
 	n.trans = trans
 	n.stores = stores
 

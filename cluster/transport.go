@@ -1,0 +1,32 @@
+package cluster
+
+import "github.com/hashicorp/raft"
+
+// mainThreadHeartbeats is a NetworkTransport whose heartbeats go through the
+// raft main goroutine like every other RPC.
+//
+// hashicorp/raft (v1.7.3 and v1.8.0) handles heartbeats on a fast path, on the
+// transport's connection goroutine, and a heartbeat carrying a newer term
+// bumps currentTerm and demotes the node without synchronising with the
+// leader loop. A deposed leader that is dispatching a batch at that instant
+// stamps its own entries with the NEW term; two different entries then share
+// an (index, term) pair, Raft's log-matching check cannot see the difference
+// and the replicas' state machines diverge for good (hashicorp/raft#695).
+// The fault suite's clock-skew scenario caught exactly that. Refusing the
+// fast-path registration makes raft queue heartbeats on its RPC channel, where
+// the term change is serialised with dispatchLogs. The price is that a
+// follower busy with a disk write answers a heartbeat after it, not before.
+type mainThreadHeartbeats struct {
+	*raft.NetworkTransport
+}
+
+// SetHeartbeatHandler ignores the fast-path handler raft offers.
+func (mainThreadHeartbeats) SetHeartbeatHandler(func(raft.RPC)) {}
+
+// safeTransport wraps the transports whose heartbeat fast path is unsafe.
+func safeTransport(t raft.Transport) raft.Transport {
+	if nt, ok := t.(*raft.NetworkTransport); ok {
+		return mainThreadHeartbeats{nt}
+	}
+	return t
+}
