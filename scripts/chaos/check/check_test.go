@@ -204,13 +204,15 @@ func TestCheckIdempotency(t *testing.T) {
 	if got, _ := CheckIdempotency([]Op{a, b}); kinds(got) != "idempotency-broken" {
 		t.Errorf("CheckIdempotency(second grant while the first is live) = %q, want one idempotency-broken", kinds(got))
 	}
+	// The cluster remembers a key for 10 minutes whatever became of its lease
+	// (regression for partition-halves: a late duplicate granted a second lease).
 	rel := release(0, 12, 14, 31450, "lease-a", OK, 204)
-	if got, notes := CheckIdempotency([]Op{a, rel, b}); len(got) != 0 || len(notes) != 1 {
-		t.Errorf("CheckIdempotency(second grant after release) = %v, notes %q; want one note", got, notes)
+	if got, _ := CheckIdempotency([]Op{a, rel, b}); kinds(got) != "idempotency-broken" {
+		t.Errorf("CheckIdempotency(second grant after release) = %v, want one idempotency-broken", got)
 	}
-	b.Leases[0].GrantedAt = 4500 // the first had expired: a new grant is right
-	if got, notes := CheckIdempotency([]Op{a, b}); len(got) != 0 || len(notes) != 0 {
-		t.Errorf("CheckIdempotency(second grant after expiry) = %v, %v; want none", got, notes)
+	b.Leases[0].GrantedAt = 4500 // after the first expired: still within the key's retention
+	if got, _ := CheckIdempotency([]Op{a, b}); kinds(got) != "idempotency-broken" {
+		t.Errorf("CheckIdempotency(second grant after expiry) = %v, want one idempotency-broken", got)
 	}
 }
 
@@ -231,11 +233,13 @@ func TestCheck_IndeterminateAcquireResolution(t *testing.T) {
 	if res := Check(replay, Options{Timeout: 10 * time.Second}); !res.Linearizable || len(res.Violations) > 0 {
 		t.Errorf("Check(grant seen before its replay) = %v %v, want ok", res.Linearizable, res.Violations)
 	}
-	// The first request is applied late, after its retry's lease was released.
+	// The first request applied late, after its retry's lease was released,
+	// granting a second lease: the cluster must refuse that (409
+	// idempotency-key-used), so the checker reports it.
 	late := []Op{first, acquire(2, 3100, 3110, 31450, "lease-a"), release(2, 3200, 3210, 31450, "lease-a", OK, 204),
 		leaseRead(1, 3300, 3310, wire.PortLease{Port: 31451, LeaseID: "lease-b", Purpose: "p-lease-a"})}
 	res := Check(late, Options{Timeout: 10 * time.Second})
-	if !res.Linearizable || len(res.Violations) > 0 || len(res.Notes) != 1 {
-		t.Errorf("Check(late duplicate) = %v %v notes %q, want ok with one note", res.Linearizable, res.Violations, res.Notes)
+	if kinds(res.Violations) != "idempotency-broken" {
+		t.Errorf("Check(late duplicate) = %v %v, want one idempotency-broken", res.Linearizable, res.Violations)
 	}
 }
