@@ -115,9 +115,9 @@ func (n *Node) Status(ctx context.Context) Status {
 		Ready:        n.Ready(),
 		Primary:      n.fsm.Primary(),
 		Counts:       n.fsm.Counts(),
-		StateHash:    n.fsm.Hash(),
 		Stats:        n.raft.Stats(),
 	}
+	st.AppliedIndex, st.StateHash = n.fsm.AppliedHash()
 	if l, ok := n.Leader(); ok {
 		st.Leader = l.Machine
 	}

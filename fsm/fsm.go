@@ -191,15 +191,22 @@ func (f *FSM) NextExpiry() (int64, bool) {
 // Hash returns the SHA-256 (hex) of the canonical encoding of the state.
 // Replicas that applied the same log prefix have the same hash.
 func (f *FSM) Hash() string {
+	_, h := f.AppliedHash()
+	return h
+}
+
+// AppliedHash returns the applied index and the state hash read together, so
+// two replicas reporting the same index can be compared by hash.
+func (f *FSM) AppliedHash() (uint64, string) {
 	f.mu.RLock()
-	doc := f.documentLocked()
+	doc, applied := f.documentLocked(), f.applied
 	f.mu.RUnlock()
 	data, err := marshalJSON(doc)
 	if err != nil {
-		return ""
+		return applied, ""
 	}
 	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])
+	return applied, hex.EncodeToString(sum[:])
 }
 
 func sortedLeases(m map[int]PortLease) []PortLease {
