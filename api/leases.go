@@ -53,16 +53,24 @@ func (s *Server) acquireLease(c echo.Context) error {
 	return c.JSON(http.StatusCreated, res)
 }
 
+// leaseTarget reads what lease heartbeat and release share: the {port} in
+// the band, the x-port-lease-id header, and the (empty) body kept for a forward.
+func (s *Server) leaseTarget(c echo.Context) (port int, leaseID string, err error) {
+	if port, err = s.portParam(c); err != nil {
+		return 0, "", err
+	}
+	if leaseID, err = leaseHeader(c); err != nil {
+		return 0, "", err
+	}
+	if _, err = readBody(c); err != nil {
+		return 0, "", err
+	}
+	return port, leaseID, nil
+}
+
 func (s *Server) renewLease(c echo.Context) error {
-	port, err := s.portParam(c)
+	port, leaseID, err := s.leaseTarget(c)
 	if err != nil {
-		return err
-	}
-	leaseID, err := leaseHeader(c)
-	if err != nil {
-		return err
-	}
-	if _, err := readBody(c); err != nil {
 		return err
 	}
 	res, handled, err := s.propose(c, fsm.RenewLease{Caller: identity(c).Caller(), Port: port, LeaseID: leaseID})
@@ -74,15 +82,8 @@ func (s *Server) renewLease(c echo.Context) error {
 }
 
 func (s *Server) releaseLease(c echo.Context) error {
-	port, err := s.portParam(c)
+	port, leaseID, err := s.leaseTarget(c)
 	if err != nil {
-		return err
-	}
-	leaseID, err := leaseHeader(c)
-	if err != nil {
-		return err
-	}
-	if _, err := readBody(c); err != nil {
 		return err
 	}
 	_, handled, err := s.propose(c, fsm.ReleaseLease{Caller: identity(c).Caller(), Port: port, LeaseID: leaseID})

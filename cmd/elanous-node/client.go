@@ -240,3 +240,13 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// scopedClient builds the client of a command that needs nothing from its
+// environment but a token of scope.
+func scopedClient(cmd *cobra.Command, flags *clientFlags, scope member.Scope) (*member.Client, error) {
+	env, err := flags.env(cmd, scope)
+	if err != nil {
+		return nil, err
+	}
+	return env.client()
+}

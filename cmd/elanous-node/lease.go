@@ -211,11 +211,7 @@ func newLeaseReleaseCmd() *cobra.Command {
 		Args:                  cobra.NoArgs,
 		DisableFlagsInUseLine: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			env, err := flags.env(cmd, member.ScopeMember)
-			if err != nil {
-				return err
-			}
-			c, err := env.client()
+			c, err := scopedClient(cmd, &flags, member.ScopeMember)
 			if err != nil {
 				return err
 			}
@@ -256,11 +252,7 @@ func newLeaseListCmd() *cobra.Command {
 		Args:                  cobra.NoArgs,
 		DisableFlagsInUseLine: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			env, err := flags.env(cmd, member.ScopeQuery)
-			if err != nil {
-				return err
-			}
-			c, err := env.client()
+			c, err := scopedClient(cmd, &flags, member.ScopeQuery)
 			if err != nil {
 				return err
 			}

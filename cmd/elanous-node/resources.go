@@ -37,11 +37,7 @@ func newResourcesListCmd() *cobra.Command {
 		Args:                  cobra.NoArgs,
 		DisableFlagsInUseLine: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			env, err := flags.env(cmd, member.ScopeQuery)
-			if err != nil {
-				return err
-			}
-			c, err := env.client()
+			c, err := scopedClient(cmd, &flags, member.ScopeQuery)
 			if err != nil {
 				return err
 			}

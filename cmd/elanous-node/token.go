@@ -27,15 +27,6 @@ once, when issued. These commands need the admin token (ELANOUS_TOKEN or
 	return cmd
 }
 
-// adminClient builds an admin-scope client for the token commands.
-func adminClient(cmd *cobra.Command, flags *clientFlags) (*member.Client, error) {
-	env, err := flags.env(cmd, member.ScopeAdmin)
-	if err != nil {
-		return nil, err
-	}
-	return env.client()
-}
-
 func newTokenIssueCmd() *cobra.Command {
 	var (
 		flags   clientFlags
@@ -56,7 +47,7 @@ the machine in a 0600 file and run "elanous-node join" there.`,
 			if !member.ValidMachine(machine) {
 				return fmt.Errorf("--machine %q is not a valid machine name", machine)
 			}
-			c, err := adminClient(cmd, &flags)
+			c, err := scopedClient(cmd, &flags, member.ScopeAdmin)
 			if err != nil {
 				return err
 			}
@@ -97,7 +88,7 @@ func newTokenRevokeCmd() *cobra.Command {
 		Args:                  cobra.NoArgs,
 		DisableFlagsInUseLine: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := adminClient(cmd, &flags)
+			c, err := scopedClient(cmd, &flags, member.ScopeAdmin)
 			if err != nil {
 				return err
 			}
@@ -132,7 +123,7 @@ func newTokenListCmd() *cobra.Command {
 		Args:                  cobra.NoArgs,
 		DisableFlagsInUseLine: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := adminClient(cmd, &flags)
+			c, err := scopedClient(cmd, &flags, member.ScopeAdmin)
 			if err != nil {
 				return err
 			}
