@@ -23,10 +23,12 @@ const (
 	clusterNet     = composeProject + "_cluster"
 )
 
-var dockerNodes = []struct{ name, ip, url string }{
-	{"node-a", "10.77.1.11", "http://127.0.0.1:31413"},
-	{"node-b", "10.77.1.12", "http://127.0.0.1:31423"},
-	{"node-c", "10.77.1.13", "http://127.0.0.1:31433"},
+// The APIs are published on host ports of their own, so that the scenario
+// does not collide with a dev cluster on 31413-31433.
+var dockerNodes = []struct{ name, ip, port, env string }{
+	{"node-a", "10.77.1.11", "31513", "ELANOUS_PORT_A"},
+	{"node-b", "10.77.1.12", "31523", "ELANOUS_PORT_B"},
+	{"node-c", "10.77.1.13", "31533", "ELANOUS_PORT_C"},
 }
 
 // dockerEnv is the container backend of one scenario run.
@@ -51,6 +53,9 @@ func (d *dockerEnv) compose(ctx context.Context, args ...string) (string, error)
 	full := append([]string{"-p", composeProject, "-f", filepath.Join(d.deploy, "compose.yaml")}, args...)
 	cmd := exec.CommandContext(ctx, "docker-compose", full...)
 	cmd.Env = append(os.Environ(), "ELANOUS_IMAGE="+chaosImage, "ELANOUS_DATA_DIR="+filepath.Join(d.dir, "data"))
+	for _, n := range dockerNodes {
+		cmd.Env = append(cmd.Env, n.env+"="+n.port)
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -124,7 +129,7 @@ func (s *suite) runDocker(ctx context.Context, sc scenario, dir string, mon *lea
 	}
 	var names, urls []string
 	for _, n := range dockerNodes {
-		names, urls = append(names, n.name), append(urls, n.url)
+		names, urls = append(names, n.name), append(urls, "http://127.0.0.1:"+n.port)
 	}
 	c := harness.Attach(names, urls, tokens)
 	for i, n := range c.Nodes {
