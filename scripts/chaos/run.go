@@ -17,9 +17,6 @@ import (
 	"github.com/elanous/elanous-node/scripts/chaos/workload"
 )
 
-// electionTimeout is the nodes' raft.election_timeout (and heartbeat timeout).
-const electionTimeout = 500 * time.Millisecond
-
 // env is what a scenario's faults act on.
 type env struct {
 	s     *suite
@@ -210,7 +207,7 @@ func (s *suite) runNetns(ctx context.Context, sc scenario, dir string, mon *lead
 	for _, h := range nt.Hosts {
 		ips = append(ips, h.IP)
 	}
-	cfg := harness.Config{Bin: s.bin, Dir: dir, IPs: ips, Launch: nt.Command, ElectionTimeout: electionTimeout}
+	cfg := harness.Config{Bin: s.bin, Dir: dir, IPs: ips, Launch: nt.Command, ElectionTimeout: s.opt.electionTimeout}
 	if sc.smallDisks {
 		e.disks = &disks{}
 		cfg.DataMount = e.disks.mount

@@ -66,7 +66,7 @@ func leaderPause(ctx context.Context, e *env) error {
 		if err != nil {
 			return err
 		}
-		d := time.Duration(k) * electionTimeout
+		d := time.Duration(k) * e.s.opt.electionTimeout
 		e.logf("SIGSTOP %s for %s (%dx election timeout)", e.c.Nodes[l].Name, d, k)
 		e.c.Pause(l)
 		e.sleep(context.WithoutCancel(ctx), d)

@@ -36,6 +36,9 @@ type options struct {
 	seed      uint64
 	clients   int
 	verbose   bool
+	// electionTimeout is the nodes' raft.election_timeout and
+	// heartbeat_timeout (the lease timeout is half of it).
+	electionTimeout time.Duration
 }
 
 func parseFlags(args []string) (options, error) {
@@ -53,6 +56,7 @@ func parseFlags(args []string) (options, error) {
 	fs.Uint64Var(&o.seed, "seed", uint64(time.Now().UnixNano()), "workload random seed")
 	fs.IntVar(&o.clients, "clients", 9, "concurrent workload clients (at least 8)")
 	fs.BoolVar(&o.verbose, "v", false, "print every fault action")
+	fs.DurationVar(&o.electionTimeout, "election-timeout", 500*time.Millisecond, "the nodes' raft election and heartbeat timeout (not the docker-partition containers, which use deploy/node-*.yaml)")
 	list := fs.Bool("list", false, "list the scenarios and exit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -65,6 +69,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.nodes != 3 && o.nodes != 5 {
 		return o, fmt.Errorf("--nodes must be 3 or 5")
+	}
+	if o.electionTimeout < 100*time.Millisecond {
+		return o, fmt.Errorf("--election-timeout must be at least 100ms")
 	}
 	if o.short && o.duration == 20*time.Second {
 		o.duration = 8 * time.Second

@@ -14,14 +14,18 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatalf("parseFlags() = %v", err)
 	}
-	if len(o.scenarios) != 2 || o.scenarios[1] != "one-way" || o.nodes != 5 || o.duration != 8*time.Second {
+	if len(o.scenarios) != 2 || o.scenarios[1] != "one-way" || o.nodes != 5 || o.duration != 8*time.Second || o.electionTimeout != 500*time.Millisecond {
 		t.Errorf("parseFlags() = %+v", o)
 	}
 	o, err = parseFlags([]string{"--scenario", "all"})
 	if err != nil || len(o.scenarios) != len(scenarios()) {
 		t.Errorf("parseFlags(all) = %d scenarios, %v; want %d", len(o.scenarios), err, len(scenarios()))
 	}
-	for _, bad := range [][]string{{"--scenario", "nope"}, {"--nodes", "4"}} {
+	o, err = parseFlags([]string{"--election-timeout", "1500ms"})
+	if err != nil || o.electionTimeout != 1500*time.Millisecond {
+		t.Errorf("parseFlags(--election-timeout 1500ms) = %v, %v", o.electionTimeout, err)
+	}
+	for _, bad := range [][]string{{"--scenario", "nope"}, {"--nodes", "4"}, {"--election-timeout", "10ms"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%v) = nil error, want one", bad)
 		}
