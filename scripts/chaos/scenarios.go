@@ -79,17 +79,18 @@ func leaderPause(ctx context.Context, e *env) error {
 	return nil
 }
 
-func partitionLeader(ctx context.Context, e *env) error {
-	for ctx.Err() == nil {
+// netRounds repeats until ctx ends: find the leader, let cut make the
+// round's network fault, hold it, heal, and give the cluster 2 s to settle.
+func netRounds(ctx context.Context, e *env, hold time.Duration, cut func(round, leader int) error) error {
+	for round := 0; ctx.Err() == nil; round++ {
 		l, err := e.leader(ctx)
 		if err != nil {
 			return err
 		}
-		e.logf("isolate %s", e.c.Nodes[l].Name)
-		if err := e.net.Isolate(l); err != nil {
+		if err := cut(round, l); err != nil {
 			return err
 		}
-		e.sleep(ctx, 3*time.Second)
+		e.sleep(ctx, hold)
 		e.logf("heal")
 		if err := e.net.Heal(); err != nil {
 			return err
@@ -99,12 +100,15 @@ func partitionLeader(ctx context.Context, e *env) error {
 	return ctx.Err()
 }
 
+func partitionLeader(ctx context.Context, e *env) error {
+	return netRounds(ctx, e, 3*time.Second, func(_, l int) error {
+		e.logf("isolate %s", e.c.Nodes[l].Name)
+		return e.net.Isolate(l)
+	})
+}
+
 func partitionHalves(ctx context.Context, e *env) error {
-	for round := 0; ctx.Err() == nil; round++ {
-		l, err := e.leader(ctx)
-		if err != nil {
-			return err
-		}
+	return netRounds(ctx, e, 3*time.Second, func(round, l int) error {
 		perm := rand.Perm(len(e.c.Nodes))
 		// Put the leader in the minority on even rounds, the majority on odd ones.
 		for i, x := range perm {
@@ -118,25 +122,12 @@ func partitionHalves(ctx context.Context, e *env) error {
 		}
 		minority, majority := perm[:len(perm)/2], perm[len(perm)/2:]
 		e.logf("partition %v | %v", names(e, minority), names(e, majority))
-		if err := e.net.Partition(minority, majority); err != nil {
-			return err
-		}
-		e.sleep(ctx, 3*time.Second)
-		e.logf("heal")
-		if err := e.net.Heal(); err != nil {
-			return err
-		}
-		e.sleep(ctx, 2*time.Second)
-	}
-	return ctx.Err()
+		return e.net.Partition(minority, majority)
+	})
 }
 
 func partitionBridge(ctx context.Context, e *env) error {
-	for ctx.Err() == nil {
-		l, err := e.leader(ctx)
-		if err != nil {
-			return err
-		}
+	return netRounds(ctx, e, 4*time.Second, func(_, l int) error {
 		// The leader is never the bridge: it sits in one half.
 		var others []int
 		for i := range e.c.Nodes {
@@ -149,29 +140,22 @@ func partitionBridge(ctx context.Context, e *env) error {
 		a := []int{l, others[1]}
 		b := others[2:]
 		e.logf("bridge %s between %v and %v", e.c.Nodes[bridge].Name, names(e, a), names(e, b))
-		if err := e.net.Partition(a, b); err != nil {
-			return err
-		}
-		e.sleep(ctx, 4*time.Second)
-		e.logf("heal")
-		if err := e.net.Heal(); err != nil {
-			return err
-		}
-		e.sleep(ctx, 2*time.Second)
-	}
-	return ctx.Err()
+		return e.net.Partition(a, b)
+	})
 }
 
 func oneWay(ctx context.Context, e *env) error {
-	for round := 0; ctx.Err() == nil; round++ {
-		l, err := e.leader(ctx)
-		if err != nil {
-			return err
+	return netRounds(ctx, e, 3*time.Second, func(round, l int) error {
+		if round%2 == 0 {
+			e.logf("drop everything %s sends to the other nodes", e.c.Nodes[l].Name)
+		} else {
+			e.logf("drop everything the other nodes send to %s", e.c.Nodes[l].Name)
 		}
 		for i := range e.c.Nodes {
 			if i == l {
 				continue
 			}
+			var err error
 			if round%2 == 0 {
 				err = e.net.Block(l, i)
 			} else {
@@ -181,19 +165,8 @@ func oneWay(ctx context.Context, e *env) error {
 				return err
 			}
 		}
-		if round%2 == 0 {
-			e.logf("drop everything %s sends to the other nodes", e.c.Nodes[l].Name)
-		} else {
-			e.logf("drop everything the other nodes send to %s", e.c.Nodes[l].Name)
-		}
-		e.sleep(ctx, 3*time.Second)
-		e.logf("heal")
-		if err := e.net.Heal(); err != nil {
-			return err
-		}
-		e.sleep(ctx, 2*time.Second)
-	}
-	return ctx.Err()
+		return nil
+	})
 }
 
 func slowNet(ctx context.Context, e *env) error {
