@@ -36,7 +36,7 @@ func proposeAcquire(node *cluster.Node, owner string, n int64) (fsm.PortLease, e
 	if err != nil {
 		return fsm.PortLease{}, fmt.Errorf("Propose(AcquireLease): %w", err)
 	}
-	return res.(fsm.PortLease), nil
+	return res.Value.(fsm.PortLease), nil
 }
 
 // BenchmarkPropose_ThreeNodeTCP measures cluster.Node.Propose on the leader:

@@ -47,7 +47,9 @@ func (s *Server) propose(c echo.Context, cmd fsm.Command) (res any, handled bool
 	defer cancel()
 	waitUntil := time.Now().Add(min(b*3/4, leaderWait))
 	for {
-		res, err = s.node.Propose(ctx, cmd)
+		var applied cluster.Applied
+		applied, err = s.node.Propose(ctx, cmd)
+		res = applied.Value
 		switch {
 		case errors.Is(err, cluster.ErrNotLeader):
 			if c.Request().Header.Get(wire.HeaderForwarded) != "" {

@@ -117,12 +117,12 @@ func (n *Node) claim(ctx context.Context, l *leadership) (fsm.Primary, error) {
 	case <-ctx.Done():
 		return fsm.Primary{}, fmt.Errorf("barrier: %w", ctx.Err())
 	}
-	claim := fsm.ClaimPrimary{Holder: n.cfg.ID, Now: l.now(), GraceMs: n.cfg.Grace.Milliseconds()}
+	claim := fsm.ClaimPrimary{Header: fsm.Header{Now: l.now()}, Holder: n.cfg.ID, GraceMs: n.cfg.Grace.Milliseconds()}
 	res, err := n.apply(ctx, claim, n.cfg.ClaimTimeout)
 	if err != nil {
 		return fsm.Primary{}, err
 	}
-	p, _ := res.(fsm.Primary)
+	p, _ := res.Value.(fsm.Primary)
 	return p, nil
 }
 
@@ -157,7 +157,7 @@ func (n *Node) sweepLoop(ctx context.Context, l *leadership) {
 		if !fired {
 			continue
 		}
-		if _, err := n.apply(ctx, fsm.Sweep{Now: l.now()}, n.cfg.ClaimTimeout); err != nil {
+		if _, err := n.apply(ctx, fsm.Sweep{Header: fsm.Header{Now: l.now()}}, n.cfg.ClaimTimeout); err != nil {
 			if ctx.Err() != nil {
 				return
 			}

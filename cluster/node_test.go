@@ -59,7 +59,7 @@ func TestNode_ProposeReturnsDomainErrors(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Propose(acquire) error = %v", err)
 	}
-	lease := res.(fsm.PortLease)
+	lease := res.Value.(fsm.PortLease)
 	if lease.Port != 31450 || lease.Generation != leader.raft.CurrentTerm() || lease.Fence == 0 {
 		t.Fatalf("Propose(acquire) = %+v, want port 31450 with generation and fence", lease)
 	}
@@ -105,7 +105,7 @@ func TestNode_FailoverKeepsLeasesAndDeposedSweepNeverCommits(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Propose(acquire) error = %v", err)
 			}
-			granted := res.(fsm.PortLease)
+			granted := res.Value.(fsm.PortLease)
 			for _, n := range tc.nodes {
 				waitFor(t, "lease replicated", 5*time.Second, func() bool { _, ok := n.FSM().Lease(31450); return ok })
 			}

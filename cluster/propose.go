@@ -13,16 +13,26 @@ import (
 // DefaultProposeTimeout bounds a Propose whose context has no deadline.
 const DefaultProposeTimeout = 10 * time.Second
 
+// Applied is the outcome of a committed command: the FSM's result and the
+// log index of the entry that carried it. Once a node's state machine has
+// applied Index, a local read on that node sees the command's effect.
+type Applied struct {
+	Value any
+	Index uint64
+}
+
 // Propose stamps cmd with the leader's clock, replicates it and returns the
-// FSM's result. It succeeds only on the leader once its claim is applied.
+// FSM's result with the entry's index. It succeeds only on the leader once
+// its claim is applied, and returns once this node's FSM applied the entry.
 //
 // Errors: ErrNotLeader (forward to Leader()), ErrNoLeader, ErrNotReady — none
 // of them applied anything; ErrOutcomeUnknown — it may have been applied;
-// otherwise the domain error Apply returned (package fsm's errors).
-func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (any, error) {
+// otherwise the domain error Apply returned (package fsm's errors), with
+// Applied.Index set: a refused command is still an applied entry.
+func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (Applied, error) {
 	l, err := n.readyLeadership()
 	if err != nil {
-		return nil, err
+		return Applied{}, err
 	}
 	return n.apply(ctx, fsm.Stamp(cmd, l.now()), 0)
 }
@@ -52,10 +62,10 @@ func (n *Node) readyLeadership() (*leadership, error) {
 }
 
 // apply hands an encoded command to raft and waits for the outcome.
-func (n *Node) apply(ctx context.Context, cmd fsm.Command, timeout time.Duration) (any, error) {
+func (n *Node) apply(ctx context.Context, cmd fsm.Command, timeout time.Duration) (Applied, error) {
 	data, err := fsm.Encode(cmd)
 	if err != nil {
-		return nil, err
+		return Applied{}, err
 	}
 	if timeout == 0 {
 		timeout = DefaultProposeTimeout
@@ -64,7 +74,7 @@ func (n *Node) apply(ctx context.Context, cmd fsm.Command, timeout time.Duration
 		}
 	}
 	if timeout <= 0 {
-		return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, context.DeadlineExceeded)
+		return Applied{}, fmt.Errorf("%w: %v", ErrOutcomeUnknown, context.DeadlineExceeded)
 	}
 	start := time.Now()
 	future := n.raft.Apply(data, timeout)
@@ -73,29 +83,31 @@ func (n *Node) apply(ctx context.Context, cmd fsm.Command, timeout time.Duration
 	select {
 	case err = <-done:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, ctx.Err())
+		return Applied{}, fmt.Errorf("%w: %v", ErrOutcomeUnknown, ctx.Err())
 	}
 	n.observeApply(time.Since(start), err)
 	if err != nil {
 		switch {
 		case errors.Is(err, raft.ErrNotLeader):
 			if _, ok := n.Leader(); ok {
-				return nil, ErrNotLeader
+				return Applied{}, ErrNotLeader
 			}
-			return nil, ErrNoLeader
+			return Applied{}, ErrNoLeader
 		case errors.Is(err, raft.ErrEnqueueTimeout):
-			return nil, fmt.Errorf("%w: %v", ErrNoLeader, err)
+			return Applied{}, fmt.Errorf("%w: %v", ErrNoLeader, err)
 		case errors.Is(err, raft.ErrRaftShutdown):
-			return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+			return Applied{}, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
 		default: // ErrLeadershipLost and anything else after enqueue
-			return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+			return Applied{}, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
 		}
 	}
+	out := Applied{Index: future.Index()}
 	resp := future.Response()
 	if rerr, ok := resp.(error); ok {
-		return nil, rerr
+		return out, rerr
 	}
-	return resp, nil
+	out.Value = resp
+	return out, nil
 }
 
 // ReadIndex makes the next local read linearizable: on the leader it takes the

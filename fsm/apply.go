@@ -21,7 +21,7 @@ var _ raft.FSM = (*FSM)(nil)
 //
 // It panics on a command type it does not know unless SkipBit is set: a
 // replica that cannot apply the log must stop rather than diverge.
-func (f *FSM) Apply(l *raft.Log) interface{} {
+func (f *FSM) Apply(l *raft.Log) any {
 	cmd, known, err := Decode(l.Data)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -41,18 +41,16 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	if err != nil {
 		return err
 	}
+	sp := commandTable[cmd.Type()]
 	// a.now starts at lastNow: a claim that fails validation must leave the
 	// cluster time where it was (a zero a.now would reset lastNow to 0 and the
-	// next claim would rebase every TTL by the whole Unix epoch).
+	// next claim would rebase every TTL by the whole Unix epoch). Every other
+	// command's time is clamped to at least lastNow.
 	a := applier{st: f.st, term: l.Term, index: l.Index, now: f.st.lastNow}
-	var result interface{}
-	switch c := cmd.(type) {
-	case ClaimPrimary:
-		result = a.claim(c)
-	default:
-		a.now = max(nowOf(cmd), f.st.lastNow)
-		result = a.apply(cmd)
+	if !sp.ownClock {
+		a.now = max(cmd.header().Now, f.st.lastNow)
 	}
+	result := sp.apply(&a, cmd)
 	// Time moves with every applied command, failed ones included (records do
 	// not change, but lastNow does): within a generation a.now >= lastNow, and
 	// only a successful claim may move it back.
@@ -65,33 +63,6 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	return result
 }
 
-// nowOf returns the leader-stamped time of a command.
-func nowOf(cmd Command) int64 {
-	switch c := cmd.(type) {
-	case RegisterResource:
-		return c.Now
-	case HeartbeatResource:
-		return c.Now
-	case DeleteResource:
-		return c.Now
-	case AcquireLease:
-		return c.Now
-	case RenewLease:
-		return c.Now
-	case ReleaseLease:
-		return c.Now
-	case IssueToken:
-		return c.Now
-	case RevokeToken:
-		return c.Now
-	case ClaimPrimary:
-		return c.Now
-	case Sweep:
-		return c.Now
-	}
-	return 0
-}
-
 // applier applies one command to st at (term, index) with the clamped time now.
 type applier struct {
 	st      *state
@@ -101,37 +72,13 @@ type applier struct {
 	touched [numTables]bool
 }
 
-func (a *applier) apply(cmd Command) interface{} {
-	switch c := cmd.(type) {
-	case RegisterResource:
-		return a.register(c)
-	case HeartbeatResource:
-		return a.heartbeat(c)
-	case DeleteResource:
-		return a.deleteResource(c)
-	case AcquireLease:
-		return a.acquire(c)
-	case RenewLease:
-		return a.renew(c)
-	case ReleaseLease:
-		return a.release(c)
-	case IssueToken:
-		return a.issueToken(c)
-	case RevokeToken:
-		return a.revokeToken(c)
-	case Sweep:
-		return a.sweep()
-	}
-	return fmt.Errorf("%w: unhandled command %T", ErrInvalidCommand, cmd)
-}
-
 // live reports whether a record expiring at expiresAt is still live at a.now.
 func (a *applier) live(expiresAt int64) bool { return expiresAt > a.now }
 
 // claim sets the generation and rebases every TTL onto the new leader's clock:
 // a record with remaining = expiresAt − lastNow > 0 gets now + remaining +
 // grace, anything already due becomes due at now.
-func (a *applier) claim(c ClaimPrimary) interface{} {
+func (a *applier) claim(c ClaimPrimary) any {
 	if !ValidCandidate(c.Holder) || c.GraceMs < 0 {
 		return fmt.Errorf("%w: claim by %q with grace %d", ErrInvalidCommand, c.Holder, c.GraceMs)
 	}
@@ -162,7 +109,7 @@ func (a *applier) claim(c ClaimPrimary) interface{} {
 	return a.st.primary
 }
 
-func (a *applier) register(c RegisterResource) interface{} {
+func (a *applier) register(c RegisterResource) any {
 	if err := c.Validate(); err != nil {
 		return err
 	}
@@ -202,7 +149,7 @@ func (a *applier) liveResource(id string, caller Caller) (Resource, error) {
 	return r, nil
 }
 
-func (a *applier) heartbeat(c HeartbeatResource) interface{} {
+func (a *applier) heartbeat(c HeartbeatResource) any {
 	if err := c.Validate(); err != nil {
 		return err
 	}
@@ -229,7 +176,7 @@ func (a *applier) heartbeat(c HeartbeatResource) interface{} {
 	return r
 }
 
-func (a *applier) deleteResource(c DeleteResource) interface{} {
+func (a *applier) deleteResource(c DeleteResource) any {
 	if err := ValidateResourceID(c.ID); err != nil {
 		return err
 	}
@@ -241,7 +188,7 @@ func (a *applier) deleteResource(c DeleteResource) interface{} {
 	return nil
 }
 
-func (a *applier) acquire(c AcquireLease) interface{} {
+func (a *applier) acquire(c AcquireLease) any {
 	if err := c.Validate(); err != nil {
 		return err
 	}
@@ -311,7 +258,7 @@ func (a *applier) heldLease(port int, leaseID string, caller Caller) (PortLease,
 	return l, nil
 }
 
-func (a *applier) renew(c RenewLease) interface{} {
+func (a *applier) renew(c RenewLease) any {
 	// Renewal is the owner's alone: an admin token gets no bypass here.
 	c.Caller.Admin = false
 	l, err := a.heldLease(c.Port, c.LeaseID, c.Caller)
@@ -325,7 +272,7 @@ func (a *applier) renew(c RenewLease) interface{} {
 	return l
 }
 
-func (a *applier) release(c ReleaseLease) interface{} {
+func (a *applier) release(c ReleaseLease) any {
 	if _, err := a.heldLease(c.Port, c.LeaseID, c.Caller); err != nil {
 		return err
 	}
@@ -334,7 +281,7 @@ func (a *applier) release(c ReleaseLease) interface{} {
 	return nil
 }
 
-func (a *applier) issueToken(c IssueToken) interface{} {
+func (a *applier) issueToken(c IssueToken) any {
 	if !ValidMachine(c.Machine) || !ValidSHA256(c.SHA256) {
 		return fmt.Errorf("%w: token for machine %q", ErrInvalidCommand, c.Machine)
 	}
@@ -355,7 +302,7 @@ func (a *applier) issueToken(c IssueToken) interface{} {
 	return t
 }
 
-func (a *applier) revokeToken(c RevokeToken) interface{} {
+func (a *applier) revokeToken(c RevokeToken) any {
 	t, ok := a.st.tokens[c.Machine]
 	if !ok {
 		return fmt.Errorf("token of machine %q: %w", c.Machine, ErrNotFound)
@@ -367,7 +314,7 @@ func (a *applier) revokeToken(c RevokeToken) interface{} {
 }
 
 // sweep expires every record due at a.now.
-func (a *applier) sweep() interface{} {
+func (a *applier) sweep(Sweep) any {
 	res := SweepResult{Resources: []string{}, Leases: []int{}}
 	for id, r := range a.st.resources {
 		if !a.live(r.ExpiresAt) {

@@ -47,7 +47,7 @@ func TestFSM_ApplyAcquireLease(t *testing.T) {
 			setup: func(h *harness) {
 				h.mustApply(acquireCmd(t0, memberCaller, "lease-1"))
 				h.mustApply(acquireCmd(t0, memberCaller, "lease-2"))
-				h.mustApply(ReleaseLease{Now: t0, Caller: memberCaller, Port: 31451, LeaseID: "lease-1"})
+				h.mustApply(ReleaseLease{Header: Header{Now: t0}, Caller: memberCaller, Port: 31451, LeaseID: "lease-1"})
 			},
 			cmd:   constant(acquireCmd(t0, otherCaller, "lease-3")),
 			check: port(31451),
@@ -157,7 +157,7 @@ func TestFSM_ApplyAcquireLease(t *testing.T) {
 				c := acquireCmd(t0, memberCaller, "lease-1")
 				c.TTLMs, c.IdempotencyKey = 1000, "idem-1"
 				h.mustApply(c)
-				h.mustApply(Sweep{Now: t0 + IdempotencyRetentionMs})
+				h.mustApply(Sweep{Header: Header{Now: t0 + IdempotencyRetentionMs}})
 			},
 			cmd: func(h *harness) Command {
 				c := acquireCmd(t0+IdempotencyRetentionMs, memberCaller, "lease-2")
@@ -250,7 +250,7 @@ func TestFSM_ApplyAcquireLeaseFence(t *testing.T) {
 				i, l.Fence, l.Generation, l.Port, h.index, last, h.term, bandLow)
 		}
 		last = l.Fence
-		h.mustApply(ReleaseLease{Now: t0 + int64(i), Caller: memberCaller, Port: l.Port, LeaseID: "lease"})
+		h.mustApply(ReleaseLease{Header: Header{Now: t0 + int64(i)}, Caller: memberCaller, Port: l.Port, LeaseID: "lease"})
 	}
 }
 
@@ -263,7 +263,7 @@ func TestFSM_ApplyRenewLease(t *testing.T) {
 	cases := []applyCase{
 		{
 			name: "extends from now",
-			cmd:  constant(RenewLease{Now: t0 + 1000, Caller: memberCaller, Port: 31450, LeaseID: "lease-base"}),
+			cmd:  constant(RenewLease{Header: Header{Now: t0 + 1000}, Caller: memberCaller, Port: 31450, LeaseID: "lease-base"}),
 			check: func(t *testing.T, h *harness, res interface{}) {
 				l := res.(PortLease)
 				if l.ExpiresAt != t0+1000+ttl || l.RenewedAt != t0+1000 || l.GrantedAt != t0 || l.Fence != 3 || l.Generation != baseTerm {
@@ -280,37 +280,37 @@ func TestFSM_ApplyRenewLease(t *testing.T) {
 		{
 			name:  "machine token renews its own",
 			setup: func(h *harness) { h.mustApply(acquireCmd(t0, mbpCaller, "lease-1")) },
-			cmd:   constant(RenewLease{Now: t0 + 1, Caller: mbpCaller, Port: 31451, LeaseID: "lease-1"}),
+			cmd:   constant(RenewLease{Header: Header{Now: t0 + 1}, Caller: mbpCaller, Port: 31451, LeaseID: "lease-1"}),
 		},
 		{
 			name:    "no lease",
-			cmd:     constant(RenewLease{Now: t0, Caller: memberCaller, Port: 31460, LeaseID: "lease-base"}),
+			cmd:     constant(RenewLease{Header: Header{Now: t0}, Caller: memberCaller, Port: 31460, LeaseID: "lease-base"}),
 			wantErr: []error{ErrNotFound},
 		},
 		{
 			name:    "expired lease",
 			setup:   short,
-			cmd:     constant(RenewLease{Now: t0 + 1000, Caller: memberCaller, Port: 31451, LeaseID: "lease-1"}),
+			cmd:     constant(RenewLease{Header: Header{Now: t0 + 1000}, Caller: memberCaller, Port: 31451, LeaseID: "lease-1"}),
 			wantErr: []error{ErrNotFound},
 		},
 		{
 			name:    "other lease id",
-			cmd:     constant(RenewLease{Now: t0, Caller: memberCaller, Port: 31450, LeaseID: "lease-stale"}),
+			cmd:     constant(RenewLease{Header: Header{Now: t0}, Caller: memberCaller, Port: 31450, LeaseID: "lease-stale"}),
 			wantErr: []error{ErrLeaseMismatch},
 		},
 		{
 			name:    "other owner",
-			cmd:     constant(RenewLease{Now: t0, Caller: otherCaller, Port: 31450, LeaseID: "lease-base"}),
+			cmd:     constant(RenewLease{Header: Header{Now: t0}, Caller: otherCaller, Port: 31450, LeaseID: "lease-base"}),
 			wantErr: []error{ErrForbidden},
 		},
 		{
 			name:    "admin gets no bypass",
-			cmd:     constant(RenewLease{Now: t0, Caller: adminCaller, Port: 31450, LeaseID: "lease-base"}),
+			cmd:     constant(RenewLease{Header: Header{Now: t0}, Caller: adminCaller, Port: 31450, LeaseID: "lease-base"}),
 			wantErr: []error{ErrForbidden},
 		},
 		{
 			name:    "same owner under another machine",
-			cmd:     constant(RenewLease{Now: t0, Caller: Caller{Owner: memberCaller.Owner, Machine: "studio"}, Port: 31450, LeaseID: "lease-base"}),
+			cmd:     constant(RenewLease{Header: Header{Now: t0}, Caller: Caller{Owner: memberCaller.Owner, Machine: "studio"}, Port: 31450, LeaseID: "lease-base"}),
 			wantErr: []error{ErrForbidden},
 		},
 	}
@@ -336,17 +336,17 @@ func TestFSM_ApplyReleaseLease(t *testing.T) {
 	cases := []applyCase{
 		{
 			name:  "owner releases",
-			cmd:   constant(ReleaseLease{Now: t0, Caller: memberCaller, Port: 31450, LeaseID: "lease-base"}),
+			cmd:   constant(ReleaseLease{Header: Header{Now: t0}, Caller: memberCaller, Port: 31450, LeaseID: "lease-base"}),
 			check: released,
 		},
 		{
 			name:  "admin releases another owner's lease",
-			cmd:   constant(ReleaseLease{Now: t0, Caller: adminCaller, Port: 31450, LeaseID: "lease-base"}),
+			cmd:   constant(ReleaseLease{Header: Header{Now: t0}, Caller: adminCaller, Port: 31450, LeaseID: "lease-base"}),
 			check: released,
 		},
 		{
 			name:    "no lease",
-			cmd:     constant(ReleaseLease{Now: t0, Caller: memberCaller, Port: 31499, LeaseID: "lease-base"}),
+			cmd:     constant(ReleaseLease{Header: Header{Now: t0}, Caller: memberCaller, Port: 31499, LeaseID: "lease-base"}),
 			wantErr: []error{ErrNotFound},
 		},
 		{
@@ -356,35 +356,35 @@ func TestFSM_ApplyReleaseLease(t *testing.T) {
 				c.TTLMs = 1000
 				h.mustApply(c)
 			},
-			cmd:     constant(ReleaseLease{Now: t0 + 2000, Caller: memberCaller, Port: 31451, LeaseID: "lease-1"}),
+			cmd:     constant(ReleaseLease{Header: Header{Now: t0 + 2000}, Caller: memberCaller, Port: 31451, LeaseID: "lease-1"}),
 			wantErr: []error{ErrNotFound},
 		},
 		{
 			name:    "owner with another lease id",
-			cmd:     constant(ReleaseLease{Now: t0, Caller: memberCaller, Port: 31450, LeaseID: "lease-stale"}),
+			cmd:     constant(ReleaseLease{Header: Header{Now: t0}, Caller: memberCaller, Port: 31450, LeaseID: "lease-stale"}),
 			wantErr: []error{ErrLeaseMismatch},
 		},
 		{
 			name:    "admin with another lease id",
-			cmd:     constant(ReleaseLease{Now: t0, Caller: adminCaller, Port: 31450, LeaseID: "lease-stale"}),
+			cmd:     constant(ReleaseLease{Header: Header{Now: t0}, Caller: adminCaller, Port: 31450, LeaseID: "lease-stale"}),
 			wantErr: []error{ErrLeaseMismatch},
 		},
 		{
 			name:    "other owner",
-			cmd:     constant(ReleaseLease{Now: t0, Caller: otherCaller, Port: 31450, LeaseID: "lease-base"}),
+			cmd:     constant(ReleaseLease{Header: Header{Now: t0}, Caller: otherCaller, Port: 31450, LeaseID: "lease-base"}),
 			wantErr: []error{ErrForbidden},
 		},
 		{
 			// The port was re-granted to someone else: the stale holder gets 403,
 			// which the TypeScript client's release tolerates, not 409.
 			name:    "other owner with a stale lease id",
-			cmd:     constant(ReleaseLease{Now: t0, Caller: otherCaller, Port: 31450, LeaseID: "lease-stale"}),
+			cmd:     constant(ReleaseLease{Header: Header{Now: t0}, Caller: otherCaller, Port: 31450, LeaseID: "lease-stale"}),
 			wantErr: []error{ErrForbidden},
 		},
 		{
 			name:    "machine token of another machine",
 			setup:   func(h *harness) { h.mustApply(acquireCmd(t0, mbpCaller, "lease-1")) },
-			cmd:     constant(ReleaseLease{Now: t0, Caller: Caller{Owner: mbpCaller.Owner, Machine: "studio"}, Port: 31451, LeaseID: "lease-1"}),
+			cmd:     constant(ReleaseLease{Header: Header{Now: t0}, Caller: Caller{Owner: mbpCaller.Owner, Machine: "studio"}, Port: 31451, LeaseID: "lease-1"}),
 			wantErr: []error{ErrForbidden},
 		},
 	}

@@ -180,7 +180,7 @@ func TestFSM_ApplyHeartbeatResource(t *testing.T) {
 		{
 			name:  "merges attrs key by key and renews",
 			setup: registered,
-			cmd: constant(HeartbeatResource{Now: t0 + 1000, Caller: memberCaller, ID: "machine:mbp",
+			cmd: constant(HeartbeatResource{Header: Header{Now: t0 + 1000}, Caller: memberCaller, ID: "machine:mbp",
 				Attrs: attrs(`{"load":0.9,"seats":2}`)}),
 			check: func(t *testing.T, h *harness, res interface{}) {
 				r := res.(Resource)
@@ -199,7 +199,7 @@ func TestFSM_ApplyHeartbeatResource(t *testing.T) {
 		{
 			name:  "without attrs keeps them",
 			setup: registered,
-			cmd:   constant(HeartbeatResource{Now: t0 + 2000, Caller: mbpCaller, ID: "machine:mbp"}),
+			cmd:   constant(HeartbeatResource{Header: Header{Now: t0 + 2000}, Caller: mbpCaller, ID: "machine:mbp"}),
 			check: func(t *testing.T, h *harness, res interface{}) {
 				r := res.(Resource)
 				if want := attrs(`{"load":0.5,"duties":["a"]}`); !reflect.DeepEqual(r.Attrs, want) {
@@ -212,25 +212,25 @@ func TestFSM_ApplyHeartbeatResource(t *testing.T) {
 		},
 		{
 			name:    "unknown id",
-			cmd:     constant(HeartbeatResource{Now: t0, Caller: memberCaller, ID: "machine:nope"}),
+			cmd:     constant(HeartbeatResource{Header: Header{Now: t0}, Caller: memberCaller, ID: "machine:nope"}),
 			wantErr: []error{ErrNotFound},
 		},
 		{
 			name:    "expiresAt equal to now",
 			setup:   short,
-			cmd:     constant(HeartbeatResource{Now: t0 + 1000, Caller: memberCaller, ID: "machine:mbp"}),
+			cmd:     constant(HeartbeatResource{Header: Header{Now: t0 + 1000}, Caller: memberCaller, ID: "machine:mbp"}),
 			wantErr: []error{ErrNotFound},
 		},
 		{
 			name:    "expiresAt before now",
 			setup:   short,
-			cmd:     constant(HeartbeatResource{Now: t0 + 5000, Caller: memberCaller, ID: "machine:mbp"}),
+			cmd:     constant(HeartbeatResource{Header: Header{Now: t0 + 5000}, Caller: memberCaller, ID: "machine:mbp"}),
 			wantErr: []error{ErrNotFound},
 		},
 		{
 			name:    "machine token of another machine",
 			setup:   registered,
-			cmd:     constant(HeartbeatResource{Now: t0, Caller: studioCaller, ID: "machine:mbp"}),
+			cmd:     constant(HeartbeatResource{Header: Header{Now: t0}, Caller: studioCaller, ID: "machine:mbp"}),
 			wantErr: []error{ErrForbidden},
 		},
 		{
@@ -240,18 +240,18 @@ func TestFSM_ApplyHeartbeatResource(t *testing.T) {
 				c.Attrs = bigAttrs("a", 10_000)
 				h.mustApply(c)
 			},
-			cmd:     constant(HeartbeatResource{Now: t0, Caller: memberCaller, ID: "machine:mbp", Attrs: bigAttrs("b", 10_000)}),
+			cmd:     constant(HeartbeatResource{Header: Header{Now: t0}, Caller: memberCaller, ID: "machine:mbp", Attrs: bigAttrs("b", 10_000)}),
 			wantErr: []error{ErrInvalidCommand},
 		},
 		{
 			name:    "attrs over 16 KiB",
 			setup:   registered,
-			cmd:     constant(HeartbeatResource{Now: t0, Caller: memberCaller, ID: "machine:mbp", Attrs: bigAttrs("b", MaxAttrsBytes+1)}),
+			cmd:     constant(HeartbeatResource{Header: Header{Now: t0}, Caller: memberCaller, ID: "machine:mbp", Attrs: bigAttrs("b", MaxAttrsBytes+1)}),
 			wantErr: []error{ErrInvalidCommand},
 		},
 		{
 			name:    "empty id",
-			cmd:     constant(HeartbeatResource{Now: t0, Caller: memberCaller}),
+			cmd:     constant(HeartbeatResource{Header: Header{Now: t0}, Caller: memberCaller}),
 			wantErr: []error{ErrInvalidCommand},
 		},
 	}
@@ -264,7 +264,7 @@ func TestFSM_ApplyHeartbeatResourceCopiesAttrs(t *testing.T) {
 	h := newHarness(t)
 	h.mustApply(registerCmd(t0, memberCaller, "machine:mbp", "mbp"))
 	before, _ := h.f.Resource("machine:mbp")
-	h.mustApply(HeartbeatResource{Now: t0 + 1, Caller: memberCaller, ID: "machine:mbp", Attrs: attrs(`{"load":9}`)})
+	h.mustApply(HeartbeatResource{Header: Header{Now: t0 + 1}, Caller: memberCaller, ID: "machine:mbp", Attrs: attrs(`{"load":9}`)})
 	if got := string(before.Attrs["load"]); got != "0.5" {
 		t.Errorf("earlier Resource().Attrs[load] = %s after heartbeat, want 0.5", got)
 	}
@@ -276,7 +276,7 @@ func TestFSM_ApplyDeleteResource(t *testing.T) {
 		{
 			name:  "deletes",
 			setup: registered,
-			cmd:   constant(DeleteResource{Now: t0, Caller: memberCaller, ID: "machine:mbp"}),
+			cmd:   constant(DeleteResource{Header: Header{Now: t0}, Caller: memberCaller, ID: "machine:mbp"}),
 			check: func(t *testing.T, h *harness, res interface{}) {
 				if res != nil {
 					t.Errorf("Apply() = %v, want nil", res)
@@ -292,11 +292,11 @@ func TestFSM_ApplyDeleteResource(t *testing.T) {
 		{
 			name:  "machine token deletes its own",
 			setup: registered,
-			cmd:   constant(DeleteResource{Now: t0, Caller: mbpCaller, ID: "machine:mbp"}),
+			cmd:   constant(DeleteResource{Header: Header{Now: t0}, Caller: mbpCaller, ID: "machine:mbp"}),
 		},
 		{
 			name:    "unknown id",
-			cmd:     constant(DeleteResource{Now: t0, Caller: memberCaller, ID: "machine:nope"}),
+			cmd:     constant(DeleteResource{Header: Header{Now: t0}, Caller: memberCaller, ID: "machine:nope"}),
 			wantErr: []error{ErrNotFound},
 		},
 		{
@@ -306,23 +306,23 @@ func TestFSM_ApplyDeleteResource(t *testing.T) {
 				c.TTLMs = 1
 				h.mustApply(c)
 			},
-			cmd:     constant(DeleteResource{Now: t0 + 1, Caller: memberCaller, ID: "machine:mbp"}),
+			cmd:     constant(DeleteResource{Header: Header{Now: t0 + 1}, Caller: memberCaller, ID: "machine:mbp"}),
 			wantErr: []error{ErrNotFound},
 		},
 		{
 			name:    "machine token of another machine",
 			setup:   registered,
-			cmd:     constant(DeleteResource{Now: t0, Caller: studioCaller, ID: "machine:mbp"}),
+			cmd:     constant(DeleteResource{Header: Header{Now: t0}, Caller: studioCaller, ID: "machine:mbp"}),
 			wantErr: []error{ErrForbidden},
 		},
 		{
 			name:    "empty id",
-			cmd:     constant(DeleteResource{Now: t0, Caller: memberCaller}),
+			cmd:     constant(DeleteResource{Header: Header{Now: t0}, Caller: memberCaller}),
 			wantErr: []error{ErrInvalidCommand},
 		},
 		{
 			name:    "id with control char",
-			cmd:     constant(DeleteResource{Now: t0, Caller: memberCaller, ID: "machine:\x00"}),
+			cmd:     constant(DeleteResource{Header: Header{Now: t0}, Caller: memberCaller, ID: "machine:\x00"}),
 			wantErr: []error{ErrInvalidCommand},
 		},
 	}
@@ -334,7 +334,7 @@ func TestFSM_ApplyIssueToken(t *testing.T) {
 	cases := []applyCase{
 		{
 			name: "issues",
-			cmd:  constant(IssueToken{Now: t0 + 1, Machine: "mbp", SHA256: tokenSumOne}),
+			cmd:  constant(IssueToken{Header: Header{Now: t0 + 1}, Machine: "mbp", SHA256: tokenSumOne}),
 			check: func(t *testing.T, h *harness, res interface{}) {
 				want := MemberToken{Machine: "mbp", SHA256: tokenSumOne, IssuedAt: "2023-11-14T22:13:20.001Z"}
 				if res != want {
@@ -352,9 +352,11 @@ func TestFSM_ApplyIssueToken(t *testing.T) {
 			},
 		},
 		{
-			name:  "reissue replaces the previous hash",
-			setup: func(h *harness) { h.mustApply(IssueToken{Now: t0, Machine: "mbp", SHA256: tokenSumOne}) },
-			cmd:   constant(IssueToken{Now: t0 + 2, Machine: "mbp", SHA256: tokenSumTwo}),
+			name: "reissue replaces the previous hash",
+			setup: func(h *harness) {
+				h.mustApply(IssueToken{Header: Header{Now: t0}, Machine: "mbp", SHA256: tokenSumOne})
+			},
+			cmd: constant(IssueToken{Header: Header{Now: t0 + 2}, Machine: "mbp", SHA256: tokenSumTwo}),
 			check: func(t *testing.T, h *harness, res interface{}) {
 				if m, ok := h.f.MachineForToken(sumOne); ok {
 					t.Errorf("MachineForToken(old) = %q, true, want not found", m)
@@ -371,9 +373,11 @@ func TestFSM_ApplyIssueToken(t *testing.T) {
 			},
 		},
 		{
-			name:  "reissue of the same hash",
-			setup: func(h *harness) { h.mustApply(IssueToken{Now: t0, Machine: "mbp", SHA256: tokenSumOne}) },
-			cmd:   constant(IssueToken{Now: t0, Machine: "mbp", SHA256: tokenSumOne}),
+			name: "reissue of the same hash",
+			setup: func(h *harness) {
+				h.mustApply(IssueToken{Header: Header{Now: t0}, Machine: "mbp", SHA256: tokenSumOne})
+			},
+			cmd: constant(IssueToken{Header: Header{Now: t0}, Machine: "mbp", SHA256: tokenSumOne}),
 			check: func(t *testing.T, h *harness, res interface{}) {
 				if m, ok := h.f.MachineForToken(sumOne); !ok || m != "mbp" {
 					t.Errorf("MachineForToken() = %q, %v, want mbp, true", m, ok)
@@ -382,27 +386,27 @@ func TestFSM_ApplyIssueToken(t *testing.T) {
 		},
 		{
 			name:    "machine __proto__",
-			cmd:     constant(IssueToken{Now: t0, Machine: "__proto__", SHA256: tokenSumOne}),
+			cmd:     constant(IssueToken{Header: Header{Now: t0}, Machine: "__proto__", SHA256: tokenSumOne}),
 			wantErr: []error{ErrInvalidCommand},
 		},
 		{
 			name:    "machine empty",
-			cmd:     constant(IssueToken{Now: t0, SHA256: tokenSumOne}),
+			cmd:     constant(IssueToken{Header: Header{Now: t0}, SHA256: tokenSumOne}),
 			wantErr: []error{ErrInvalidCommand},
 		},
 		{
 			name:    "hash upper case",
-			cmd:     constant(IssueToken{Now: t0, Machine: "mbp", SHA256: strings.ToUpper(tokenSumOne)}),
+			cmd:     constant(IssueToken{Header: Header{Now: t0}, Machine: "mbp", SHA256: strings.ToUpper(tokenSumOne)}),
 			wantErr: []error{ErrInvalidCommand},
 		},
 		{
 			name:    "hash too short",
-			cmd:     constant(IssueToken{Now: t0, Machine: "mbp", SHA256: tokenSumOne[:63]}),
+			cmd:     constant(IssueToken{Header: Header{Now: t0}, Machine: "mbp", SHA256: tokenSumOne[:63]}),
 			wantErr: []error{ErrInvalidCommand},
 		},
 		{
 			name:    "hash of another machine's token",
-			cmd:     constant(IssueToken{Now: t0, Machine: "mbp", SHA256: tokenSumThree}),
+			cmd:     constant(IssueToken{Header: Header{Now: t0}, Machine: "mbp", SHA256: tokenSumThree}),
 			wantErr: []error{ErrInvalidCommand},
 		},
 	}
@@ -414,7 +418,7 @@ func TestFSM_ApplyRevokeToken(t *testing.T) {
 	cases := []applyCase{
 		{
 			name: "revokes",
-			cmd:  constant(RevokeToken{Now: t0, Machine: "base"}),
+			cmd:  constant(RevokeToken{Header: Header{Now: t0}, Machine: "base"}),
 			check: func(t *testing.T, h *harness, res interface{}) {
 				if res != nil {
 					t.Errorf("Apply() = %v, want nil", res)
@@ -432,13 +436,13 @@ func TestFSM_ApplyRevokeToken(t *testing.T) {
 		},
 		{
 			name:    "unknown machine",
-			cmd:     constant(RevokeToken{Now: t0, Machine: "mbp"}),
+			cmd:     constant(RevokeToken{Header: Header{Now: t0}, Machine: "mbp"}),
 			wantErr: []error{ErrNotFound},
 		},
 		{
 			name:    "revoked twice",
-			setup:   func(h *harness) { h.mustApply(RevokeToken{Now: t0, Machine: "base"}) },
-			cmd:     constant(RevokeToken{Now: t0, Machine: "base"}),
+			setup:   func(h *harness) { h.mustApply(RevokeToken{Header: Header{Now: t0}, Machine: "base"}) },
+			cmd:     constant(RevokeToken{Header: Header{Now: t0}, Machine: "base"}),
 			wantErr: []error{ErrNotFound},
 		},
 	}
@@ -473,7 +477,7 @@ func TestFSM_ApplyClaimPrimary(t *testing.T) {
 		{
 			name:  "claims at the entry's term",
 			setup: func(h *harness) { h.term = 4 },
-			cmd:   constant(ClaimPrimary{Now: t0 + 500, Holder: "node-b", GraceMs: 2000}),
+			cmd:   constant(ClaimPrimary{Header: Header{Now: t0 + 500}, Holder: "node-b", GraceMs: 2000}),
 			check: func(t *testing.T, h *harness, res interface{}) {
 				want := Primary{Holder: "node-b", Generation: 4, ClaimedAt: t0 + 500, Index: h.index}
 				if res != want {
@@ -493,7 +497,7 @@ func TestFSM_ApplyClaimPrimary(t *testing.T) {
 		{
 			name:  "a claim may move time back",
 			setup: func(h *harness) { h.term = 4 },
-			cmd:   constant(ClaimPrimary{Now: t0 - 3_600_000, Holder: "node-c"}),
+			cmd:   constant(ClaimPrimary{Header: Header{Now: t0 - 3_600_000}, Holder: "node-c"}),
 			check: func(t *testing.T, h *harness, res interface{}) {
 				if got := h.f.LastNow(); got != t0-3_600_000 {
 					t.Errorf("LastNow() = %d, want %d", got, t0-3_600_000)
@@ -504,22 +508,22 @@ func TestFSM_ApplyClaimPrimary(t *testing.T) {
 		// so these are stamped an hour ahead and Hash must still match.
 		{
 			name:    "holder empty",
-			cmd:     constant(ClaimPrimary{Now: t0 + 3_600_000, GraceMs: 1000}),
+			cmd:     constant(ClaimPrimary{Header: Header{Now: t0 + 3_600_000}, GraceMs: 1000}),
 			wantErr: []error{ErrInvalidCommand},
 		},
 		{
 			name:    "holder upper case",
-			cmd:     constant(ClaimPrimary{Now: t0 + 3_600_000, Holder: "Node-A", GraceMs: 1000}),
+			cmd:     constant(ClaimPrimary{Header: Header{Now: t0 + 3_600_000}, Holder: "Node-A", GraceMs: 1000}),
 			wantErr: []error{ErrInvalidCommand},
 		},
 		{
 			name:    "holder over 32 chars",
-			cmd:     constant(ClaimPrimary{Now: t0 + 3_600_000, Holder: strings.Repeat("n", 33), GraceMs: 1000}),
+			cmd:     constant(ClaimPrimary{Header: Header{Now: t0 + 3_600_000}, Holder: strings.Repeat("n", 33), GraceMs: 1000}),
 			wantErr: []error{ErrInvalidCommand},
 		},
 		{
 			name:    "grace negative",
-			cmd:     constant(ClaimPrimary{Now: t0 + 3_600_000, Holder: "node-b", GraceMs: -1}),
+			cmd:     constant(ClaimPrimary{Header: Header{Now: t0 + 3_600_000}, Holder: "node-b", GraceMs: -1}),
 			wantErr: []error{ErrInvalidCommand},
 		},
 	}
@@ -532,13 +536,13 @@ func TestFSM_ApplyClaimPrimaryRefusedKeepsTime(t *testing.T) {
 	h := newHarness(t)
 	h.baseline()
 	h.term++
-	if res := h.apply(ClaimPrimary{Now: t0, Holder: "Bad Holder", GraceMs: 1000}); !isErr(res, ErrInvalidCommand) {
+	if res := h.apply(ClaimPrimary{Header: Header{Now: t0}, Holder: "Bad Holder", GraceMs: 1000}); !isErr(res, ErrInvalidCommand) {
 		t.Fatalf("Apply() = %v, want %v", res, ErrInvalidCommand)
 	}
 	if got := h.f.LastNow(); got != t0 {
 		t.Fatalf("LastNow() = %d, want %d", got, t0)
 	}
-	h.mustApply(ClaimPrimary{Now: t0, Holder: "node-b", GraceMs: 1000})
+	h.mustApply(ClaimPrimary{Header: Header{Now: t0}, Holder: "node-b", GraceMs: 1000})
 	if r, _ := h.f.Resource("machine:base"); r.ExpiresAt != t0+ttl+1000 {
 		t.Errorf("ExpiresAt after claim = %d, want %d", r.ExpiresAt, t0+ttl+1000)
 	}
@@ -563,7 +567,7 @@ func TestFSM_ApplySweep(t *testing.T) {
 					h.mustApply(c)
 				}
 			},
-			cmd: constant(Sweep{Now: t0 + 2000}),
+			cmd: constant(Sweep{Header: Header{Now: t0 + 2000}}),
 			check: func(t *testing.T, h *harness, res interface{}) {
 				want := SweepResult{Resources: []string{"machine:edge", "machine:short"}, Leases: []int{31451, 31453}}
 				if !reflect.DeepEqual(res, want) {
@@ -590,7 +594,7 @@ func TestFSM_ApplySweep(t *testing.T) {
 		},
 		{
 			name: "nothing due",
-			cmd:  constant(Sweep{Now: t0 + 1}),
+			cmd:  constant(Sweep{Header: Header{Now: t0 + 1}}),
 			check: func(t *testing.T, h *harness, res interface{}) {
 				if got := jsonOf(res); got != `{"resources":[],"leases":[]}` {
 					t.Errorf("Apply() = %s, want empty lists", got)

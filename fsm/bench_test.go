@@ -26,8 +26,8 @@ func BenchmarkFSM_ApplyAcquireRenew(b *testing.B) {
 		return d
 	}
 	acquire := data(acquireCmd(t0, memberCaller, "lease-bench"))
-	renew := data(RenewLease{Now: t0 + 1, Caller: memberCaller, Port: 31491, LeaseID: "lease-bench"})
-	release := data(ReleaseLease{Now: t0 + 2, Caller: memberCaller, Port: 31491, LeaseID: "lease-bench"})
+	renew := data(RenewLease{Header: Header{Now: t0 + 1}, Caller: memberCaller, Port: 31491, LeaseID: "lease-bench"})
+	release := data(ReleaseLease{Header: Header{Now: t0 + 2}, Caller: memberCaller, Port: 31491, LeaseID: "lease-bench"})
 	index := h.index
 	b.ReportAllocs()
 	for b.Loop() {

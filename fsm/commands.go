@@ -30,11 +30,26 @@ const (
 	SweepType             CommandType = 10
 )
 
-// Command is a state change proposed through Raft. Every command knows its
-// type byte; Encode turns it into a log entry.
+// Command is a state change proposed through Raft. Every command embeds a
+// Header and knows its type byte; Encode turns it into a log entry. The
+// command table (table.go) is the one place a type is registered.
 type Command interface {
 	Type() CommandType
+	header() Header
 }
+
+// Header is the part every command shares. Its fields are flattened into the
+// command's JSON body, so {"now": …} sits beside the command's own fields.
+type Header struct {
+	// Now is the cluster time in Unix ms, stamped by the leader just before it
+	// proposes (see Stamp). Apply reads no clock: this is the only time it sees.
+	Now int64 `json:"now"`
+}
+
+func (h Header) header() Header { return h }
+
+// setNow is promoted to every *Command; Stamp uses it through the table.
+func (h *Header) setNow(now int64) { h.Now = now }
 
 // Caller identifies who proposes a command, as the API layer authenticated it.
 // Machine is set for machine tokens: the record's machine must equal it.
@@ -47,7 +62,7 @@ type Caller struct {
 
 // RegisterResource creates or replaces a resource (upsert).
 type RegisterResource struct {
-	Now        int64                      `json:"now"`
+	Header
 	Caller     Caller                     `json:"caller"`
 	ID         string                     `json:"id"`
 	Kind       string                     `json:"kind"`
@@ -61,7 +76,7 @@ type RegisterResource struct {
 
 // HeartbeatResource renews a live resource and merges attrs into its own.
 type HeartbeatResource struct {
-	Now    int64                      `json:"now"`
+	Header
 	Caller Caller                     `json:"caller"`
 	ID     string                     `json:"id"`
 	Attrs  map[string]json.RawMessage `json:"attrs,omitempty"`
@@ -69,7 +84,7 @@ type HeartbeatResource struct {
 
 // DeleteResource removes a resource.
 type DeleteResource struct {
-	Now    int64  `json:"now"`
+	Header
 	Caller Caller `json:"caller"`
 	ID     string `json:"id"`
 }
@@ -78,7 +93,7 @@ type DeleteResource struct {
 // draws LeaseID before proposing; the band travels in the command so every
 // replica allocates from the same one whatever its own configuration says.
 type AcquireLease struct {
-	Now            int64  `json:"now"`
+	Header
 	Caller         Caller `json:"caller"`
 	LeaseID        string `json:"leaseId"`
 	Machine        string `json:"machine"`
@@ -92,7 +107,7 @@ type AcquireLease struct {
 
 // RenewLease extends a live lease held by the caller under LeaseID.
 type RenewLease struct {
-	Now     int64  `json:"now"`
+	Header
 	Caller  Caller `json:"caller"`
 	Port    int    `json:"port"`
 	LeaseID string `json:"leaseId"`
@@ -100,7 +115,7 @@ type RenewLease struct {
 
 // ReleaseLease ends a lease held by the caller (or any lease, for an admin).
 type ReleaseLease struct {
-	Now     int64  `json:"now"`
+	Header
 	Caller  Caller `json:"caller"`
 	Port    int    `json:"port"`
 	LeaseID string `json:"leaseId"`
@@ -109,28 +124,28 @@ type ReleaseLease struct {
 // IssueToken stores the SHA-256 of a new machine token, replacing any
 // previous one for the machine. The token itself never enters the log.
 type IssueToken struct {
-	Now     int64  `json:"now"`
+	Header
 	Machine string `json:"machine"`
 	SHA256  string `json:"sha256"`
 }
 
 // RevokeToken removes a machine's token hash.
 type RevokeToken struct {
-	Now     int64  `json:"now"`
+	Header
 	Machine string `json:"machine"`
 }
 
 // ClaimPrimary is a new leader's first command: it sets the generation to the
 // entry's term and rebases every TTL onto the new leader's clock (see Apply).
 type ClaimPrimary struct {
-	Now     int64  `json:"now"`
+	Header
 	Holder  string `json:"holder"`
 	GraceMs int64  `json:"graceMs"`
 }
 
 // Sweep expires every resource and lease due at Now.
 type Sweep struct {
-	Now int64 `json:"now"`
+	Header
 }
 
 // Type implementations.
@@ -149,6 +164,9 @@ func (Sweep) Type() CommandType             { return SweepType }
 // The body is compact JSON without HTML escaping, so attrs enter the log as
 // the client wrote them (whitespace aside).
 func Encode(cmd Command) ([]byte, error) {
+	if _, ok := commandTable[cmd.Type()]; !ok {
+		return nil, fmt.Errorf("encode command %d: %w: type is not in the command table", cmd.Type(), ErrInvalidCommand)
+	}
 	body, err := marshalJSON(cmd)
 	if err != nil {
 		return nil, fmt.Errorf("encode command %d: %w", cmd.Type(), err)
@@ -169,52 +187,34 @@ func marshalJSON(v any) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
-// Decode parses a log entry. It returns ok=false for an empty entry or an
-// unknown type (the caller decides between skipping and panicking), and an
-// error wrapping ErrInvalidCommand for a known type whose body is malformed.
+// Decode parses a log entry. It returns ok=false for an empty entry or a type
+// the table does not hold (the caller decides between skipping and
+// panicking), and an error wrapping ErrInvalidCommand for a known type whose
+// body is malformed.
 func Decode(data []byte) (cmd Command, ok bool, err error) {
 	if len(data) == 0 {
 		return nil, false, nil
 	}
-	switch CommandType(data[0]) {
-	case RegisterResourceType:
-		cmd, err = decodeBody[RegisterResource](data[1:])
-	case HeartbeatResourceType:
-		cmd, err = decodeBody[HeartbeatResource](data[1:])
-	case DeleteResourceType:
-		cmd, err = decodeBody[DeleteResource](data[1:])
-	case AcquireLeaseType:
-		cmd, err = decodeBody[AcquireLease](data[1:])
-	case RenewLeaseType:
-		cmd, err = decodeBody[RenewLease](data[1:])
-	case ReleaseLeaseType:
-		cmd, err = decodeBody[ReleaseLease](data[1:])
-	case IssueTokenType:
-		cmd, err = decodeBody[IssueToken](data[1:])
-	case RevokeTokenType:
-		cmd, err = decodeBody[RevokeToken](data[1:])
-	case ClaimPrimaryType:
-		cmd, err = decodeBody[ClaimPrimary](data[1:])
-	case SweepType:
-		cmd, err = decodeBody[Sweep](data[1:])
-	default:
+	sp, ok := commandTable[CommandType(data[0])]
+	if !ok {
 		return nil, false, nil
 	}
+	cmd, err = sp.decode(data[1:])
 	return cmd, true, err
 }
 
-func decodeBody[T Command](body []byte) (Command, error) {
+func decodeBody[T Command](body []byte) (T, error) {
 	var v T
 	// Unknown fields are ignored: a newer version may add optional fields to a
 	// command, and an older replica must apply it the same way it always did.
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("%w: decode %T: %v", ErrInvalidCommand, v, err)
+		return v, fmt.Errorf("%w: decode %T: %v", ErrInvalidCommand, v, err)
 	}
 	// dec.More would miss a stray '}' or ']' after the value; only EOF (after
 	// optional white space) ends a body.
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("%w: decode %T: trailing data", ErrInvalidCommand, v)
+		return v, fmt.Errorf("%w: decode %T: trailing data", ErrInvalidCommand, v)
 	}
 	return v, nil
 }

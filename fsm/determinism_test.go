@@ -40,7 +40,7 @@ func TestFSM_ApplyDeterministic(t *testing.T) {
 	h := newHarness(t)
 	var entries []*raft.Log
 	add := func(cmd Command) { entries = append(entries, h.entry(cmd)) }
-	add(ClaimPrimary{Now: t0, Holder: "node-a", GraceMs: 1000})
+	add(ClaimPrimary{Header: Header{Now: t0}, Holder: "node-a", GraceMs: 1000})
 	for _, cmd := range sampleCommands() {
 		add(cmd)
 	}
@@ -52,9 +52,9 @@ func TestFSM_ApplyDeterministic(t *testing.T) {
 		add(c)
 		if i%7 == 0 {
 			h.term++
-			add(ClaimPrimary{Now: now - hour, Holder: "node-b", GraceMs: 500})
+			add(ClaimPrimary{Header: Header{Now: now - hour}, Holder: "node-b", GraceMs: 500})
 		}
-		add(Sweep{Now: now + 2000})
+		add(Sweep{Header: Header{Now: now + 2000}})
 	}
 	a, b := replay(t, entries)
 	if a.Hash() == New().Hash() {
@@ -115,18 +115,18 @@ func (g *randomLog) command() Command {
 	}
 	switch g.pick(11) {
 	case 0, 1:
-		c := RegisterResource{Now: now, Caller: g.caller(), ID: g.id(), Kind: "machine", Name: "n", Machine: g.machine(),
+		c := RegisterResource{Header: Header{Now: now}, Caller: g.caller(), ID: g.id(), Kind: "machine", Name: "n", Machine: g.machine(),
 			Attrs: raw, ObservedAt: now, TTLMs: g.ttl()}
 		if c.TTLMs > MaxResourceTTL {
 			c.TTLMs = MaxResourceTTL
 		}
 		return c
 	case 2:
-		return HeartbeatResource{Now: now, Caller: g.caller(), ID: g.id(), Attrs: raw}
+		return HeartbeatResource{Header: Header{Now: now}, Caller: g.caller(), ID: g.id(), Attrs: raw}
 	case 3:
-		return DeleteResource{Now: now, Caller: g.caller(), ID: g.id()}
+		return DeleteResource{Header: Header{Now: now}, Caller: g.caller(), ID: g.id()}
 	case 4, 5:
-		c := AcquireLease{Now: now, Caller: g.caller(), LeaseID: g.leaseID(), Machine: g.machine(), Purpose: "p",
+		c := AcquireLease{Header: Header{Now: now}, Caller: g.caller(), LeaseID: g.leaseID(), Machine: g.machine(), Purpose: "p",
 			TTLMs: g.ttl(), BandStart: 31450, BandEnd: 31457}
 		if g.pick(4) == 0 {
 			c.Excluded = []int{31450 + g.pick(10)}
@@ -144,14 +144,14 @@ func (g *randomLog) command() Command {
 			}
 		}
 		if g.pick(2) == 0 {
-			return RenewLease{Now: now, Caller: caller, Port: port, LeaseID: leaseID}
+			return RenewLease{Header: Header{Now: now}, Caller: caller, Port: port, LeaseID: leaseID}
 		}
-		return ReleaseLease{Now: now, Caller: caller, Port: port, LeaseID: leaseID}
+		return ReleaseLease{Header: Header{Now: now}, Caller: caller, Port: port, LeaseID: leaseID}
 	case 8:
 		if g.pick(3) == 0 {
-			return RevokeToken{Now: now, Machine: g.machine()}
+			return RevokeToken{Header: Header{Now: now}, Machine: g.machine()}
 		}
-		return IssueToken{Now: now, Machine: g.machine(), SHA256: sumHex(fmt.Sprint(g.pick(4)))}
+		return IssueToken{Header: Header{Now: now}, Machine: g.machine(), SHA256: sumHex(fmt.Sprint(g.pick(4)))}
 	case 9:
 		if g.pick(3) == 0 {
 			g.h.term++
@@ -159,11 +159,11 @@ func (g *randomLog) command() Command {
 		skew := int64(g.pick(4*int(hour))) - 2*hour
 		g.now += skew
 		if g.pick(8) == 0 {
-			return ClaimPrimary{Now: g.now, Holder: "Not A Candidate", GraceMs: 1000}
+			return ClaimPrimary{Header: Header{Now: g.now}, Holder: "Not A Candidate", GraceMs: 1000}
 		}
-		return ClaimPrimary{Now: g.now, Holder: []string{"node-a", "node-b", "node-c"}[g.pick(3)], GraceMs: int64(g.pick(2000))}
+		return ClaimPrimary{Header: Header{Now: g.now}, Holder: []string{"node-a", "node-b", "node-c"}[g.pick(3)], GraceMs: int64(g.pick(2000))}
 	default:
-		return Sweep{Now: now}
+		return Sweep{Header: Header{Now: now}}
 	}
 }
 

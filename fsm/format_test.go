@@ -19,15 +19,15 @@ func sampleCommands() []Command {
 	acq.Excluded, acq.IdempotencyKey = []int{31450, 31452}, "idem-1"
 	return []Command{
 		reg,
-		HeartbeatResource{Now: t0 + 1, Caller: mbpCaller, ID: "instance:mbp/1", Attrs: attrs(`{"load":0.7}`)},
-		DeleteResource{Now: t0 + 2, Caller: adminCaller, ID: "instance:mbp/1"},
+		HeartbeatResource{Header: Header{Now: t0 + 1}, Caller: mbpCaller, ID: "instance:mbp/1", Attrs: attrs(`{"load":0.7}`)},
+		DeleteResource{Header: Header{Now: t0 + 2}, Caller: adminCaller, ID: "instance:mbp/1"},
 		acq,
-		RenewLease{Now: t0 + 3, Caller: mbpCaller, Port: 31451, LeaseID: "lease-1"},
-		ReleaseLease{Now: t0 + 4, Caller: adminCaller, Port: 31451, LeaseID: "lease-1"},
-		IssueToken{Now: t0 + 5, Machine: "mbp", SHA256: tokenSumOne},
-		RevokeToken{Now: t0 + 6, Machine: "mbp"},
-		ClaimPrimary{Now: t0 + 7, Holder: "node-a", GraceMs: 1000},
-		Sweep{Now: t0 + 8},
+		RenewLease{Header: Header{Now: t0 + 3}, Caller: mbpCaller, Port: 31451, LeaseID: "lease-1"},
+		ReleaseLease{Header: Header{Now: t0 + 4}, Caller: adminCaller, Port: 31451, LeaseID: "lease-1"},
+		IssueToken{Header: Header{Now: t0 + 5}, Machine: "mbp", SHA256: tokenSumOne},
+		RevokeToken{Header: Header{Now: t0 + 6}, Machine: "mbp"},
+		ClaimPrimary{Header: Header{Now: t0 + 7}, Holder: "node-a", GraceMs: 1000},
+		Sweep{Header: Header{Now: t0 + 8}},
 	}
 }
 
@@ -81,8 +81,8 @@ func TestDecode(t *testing.T) {
 		{name: "unknown type", data: []byte("\x0b{}")},
 		{name: "skip bit", data: []byte("\x80{}")},
 		{name: "known type with skip bit", data: []byte("\x8a{}")},
-		{name: "unknown fields ignored", data: []byte("\x0a{\"now\":5,\"later\":true}"), want: Sweep{Now: 5}, wantOK: true},
-		{name: "white space after the body", data: []byte("\x0a{\"now\":5} \n"), want: Sweep{Now: 5}, wantOK: true},
+		{name: "unknown fields ignored", data: []byte("\x0a{\"now\":5,\"later\":true}"), want: Sweep{Header: Header{Now: 5}}, wantOK: true},
+		{name: "white space after the body", data: []byte("\x0a{\"now\":5} \n"), want: Sweep{Header: Header{Now: 5}}, wantOK: true},
 		{name: "no body", data: []byte{byte(SweepType)}, wantOK: true, wantErr: ErrInvalidCommand},
 		{name: "trailing brace", data: []byte("\x0a{\"now\":5}}"), wantOK: true, wantErr: ErrInvalidCommand},
 		{name: "trailing bracket", data: []byte("\x0a{\"now\":5}]"), wantOK: true, wantErr: ErrInvalidCommand},
@@ -192,7 +192,7 @@ func TestFSM_ApplyMalformedBody(t *testing.T) {
 // Apply ignores the entry's raft type: raft only hands it LogCommand entries.
 func TestFSM_ApplyEntryIndex(t *testing.T) {
 	h := newHarness(t)
-	data, err := Encode(Sweep{Now: t0})
+	data, err := Encode(Sweep{Header: Header{Now: t0}})
 	if err != nil {
 		t.Fatalf("Encode() error = %v", err)
 	}

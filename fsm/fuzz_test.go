@@ -94,7 +94,7 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		if _, refused := res.(error); refused {
-			now := nowOf(cmd)
+			now := cmd.header().Now
 			if _, claim := cmd.(ClaimPrimary); claim {
 				now = before.lastNow // a refused claim leaves the time alone
 			}

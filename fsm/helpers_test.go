@@ -98,17 +98,17 @@ func mustResult[T any](h *harness, cmd Command) T {
 // "unchanged" covers every table.
 func (h *harness) baseline() {
 	h.t.Helper()
-	h.mustApply(ClaimPrimary{Now: t0, Holder: "node-a", GraceMs: 1000})
+	h.mustApply(ClaimPrimary{Header: Header{Now: t0}, Holder: "node-a", GraceMs: 1000})
 	h.mustApply(registerCmd(t0, memberCaller, "machine:base", "base"))
 	a := acquireCmd(t0, memberCaller, "lease-base")
 	a.IdempotencyKey = "idem-base"
 	h.mustApply(a)
-	h.mustApply(IssueToken{Now: t0, Machine: "base", SHA256: tokenSumThree})
+	h.mustApply(IssueToken{Header: Header{Now: t0}, Machine: "base", SHA256: tokenSumThree})
 }
 
 func registerCmd(now int64, caller Caller, id, machine string) RegisterResource {
 	return RegisterResource{
-		Now: now, Caller: caller, ID: id, Kind: "machine", Name: machine, Machine: machine,
+		Header: Header{Now: now}, Caller: caller, ID: id, Kind: "machine", Name: machine, Machine: machine,
 		Attrs: attrs(`{"load":0.5}`), ObservedAt: now, TTLMs: ttl,
 	}
 }
@@ -119,7 +119,7 @@ func acquireCmd(now int64, caller Caller, leaseID string) AcquireLease {
 		machine = caller.Machine
 	}
 	return AcquireLease{
-		Now: now, Caller: caller, LeaseID: leaseID, Machine: machine, Purpose: "integration test",
+		Header: Header{Now: now}, Caller: caller, LeaseID: leaseID, Machine: machine, Purpose: "integration test",
 		TTLMs: ttl, BandStart: bandLow, BandEnd: bandHigh,
 	}
 }
@@ -218,7 +218,7 @@ func runApplyCases(t *testing.T, cases []applyCase) {
 						t.Errorf("Apply() = %v, want errors.Is(err, %v)", err, want)
 					}
 				}
-				cmdNow := nowOf(cmd)
+				cmdNow := cmd.header().Now
 				if _, ok := cmd.(ClaimPrimary); ok {
 					cmdNow = math.MinInt64 // a refused claim leaves lastNow alone
 				}

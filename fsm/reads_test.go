@@ -73,7 +73,7 @@ func TestFSM_Hash(t *testing.T) {
 	if again := h.f.Hash(); again != before {
 		t.Errorf("Hash() = %s then %s, want stable", before, again)
 	}
-	h.mustApply(HeartbeatResource{Now: t0, Caller: memberCaller, ID: "machine:base"})
+	h.mustApply(HeartbeatResource{Header: Header{Now: t0}, Caller: memberCaller, ID: "machine:base"})
 	if after := h.f.Hash(); after == before {
 		t.Errorf("Hash() unchanged by a heartbeat (revision moved)")
 	}
@@ -92,13 +92,13 @@ func TestFSM_ConcurrentReads(t *testing.T) {
 		case 0:
 			entries = append(entries, registerCmd(now, memberCaller, "machine:base", "base"))
 		case 1:
-			entries = append(entries, HeartbeatResource{Now: now, Caller: memberCaller, ID: "machine:base", Attrs: attrs(`{"load":1}`)})
+			entries = append(entries, HeartbeatResource{Header: Header{Now: now}, Caller: memberCaller, ID: "machine:base", Attrs: attrs(`{"load":1}`)})
 		case 2:
-			entries = append(entries, RenewLease{Now: now, Caller: memberCaller, Port: 31450, LeaseID: "lease-base"})
+			entries = append(entries, RenewLease{Header: Header{Now: now}, Caller: memberCaller, Port: 31450, LeaseID: "lease-base"})
 		case 3:
-			entries = append(entries, IssueToken{Now: now, Machine: "base", SHA256: sumHex(string(rune(i)))})
+			entries = append(entries, IssueToken{Header: Header{Now: now}, Machine: "base", SHA256: sumHex(string(rune(i)))})
 		case 4:
-			entries = append(entries, Sweep{Now: now})
+			entries = append(entries, Sweep{Header: Header{Now: now}})
 		}
 	}
 	logs := make([]*raft.Log, len(entries))

@@ -75,17 +75,17 @@ func rich(t *testing.T) *harness {
 	for _, cmd := range sampleCommands()[:2] { // register and heartbeat an instance
 		h.mustApply(cmd)
 	}
-	h.mustApply(HeartbeatResource{Now: t0 + 10, Caller: memberCaller, ID: "machine:base", Attrs: attrs(`{"seats":3}`)})
+	h.mustApply(HeartbeatResource{Header: Header{Now: t0 + 10}, Caller: memberCaller, ID: "machine:base", Attrs: attrs(`{"seats":3}`)})
 	acq := acquireCmd(t0+20, mbpCaller, "lease-mbp")
 	acq.IdempotencyKey = "idem-mbp"
 	h.mustApply(acq)
 	short := acquireCmd(t0+20, otherCaller, "lease-short")
 	short.TTLMs = 5
 	h.mustApply(short)
-	h.mustApply(IssueToken{Now: t0 + 30, Machine: "mbp", SHA256: tokenSumOne})
+	h.mustApply(IssueToken{Header: Header{Now: t0 + 30}, Machine: "mbp", SHA256: tokenSumOne})
 	h.term++
-	h.mustApply(ClaimPrimary{Now: t0 + 40, Holder: "node-b", GraceMs: 1000})
-	h.mustApply(Sweep{Now: t0 + 50})
+	h.mustApply(ClaimPrimary{Header: Header{Now: t0 + 40}, Holder: "node-b", GraceMs: 1000})
+	h.mustApply(Sweep{Header: Header{Now: t0 + 50}})
 	return h
 }
 
@@ -145,7 +145,7 @@ func TestFSM_SnapshotRestore(t *testing.T) {
 		t.Errorf("Apply(retry) after restore = %+v, want %+v", got, want)
 	}
 	// And the replicas go on identically.
-	for _, cmd := range []Command{Sweep{Now: t0 + ttl + 5000}, acquireCmd(t0+ttl+6000, memberCaller, "lease-after")} {
+	for _, cmd := range []Command{Sweep{Header: Header{Now: t0 + ttl + 5000}}, acquireCmd(t0+ttl+6000, memberCaller, "lease-after")} {
 		entry := h.entry(cmd)
 		if a, b := h.f.Apply(entry), g.Apply(entry); jsonOf(a) != jsonOf(b) {
 			t.Errorf("Apply(%T) = %s on the restored replica, want %s", cmd, jsonOf(b), jsonOf(a))
@@ -165,9 +165,9 @@ func TestFSM_SnapshotIsACopy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Snapshot() error = %v", err)
 	}
-	h.mustApply(HeartbeatResource{Now: t0 + 100, Caller: memberCaller, ID: "machine:base", Attrs: attrs(`{"load":9}`)})
+	h.mustApply(HeartbeatResource{Header: Header{Now: t0 + 100}, Caller: memberCaller, ID: "machine:base", Attrs: attrs(`{"load":9}`)})
 	h.mustApply(registerCmd(t0+100, memberCaller, "machine:late", "late"))
-	h.mustApply(RevokeToken{Now: t0 + 100, Machine: "mbp"})
+	h.mustApply(RevokeToken{Header: Header{Now: t0 + 100}, Machine: "mbp"})
 	sink := &fakeSink{}
 	if err := snap.Persist(sink); err != nil {
 		t.Fatalf("Persist() error = %v", err)

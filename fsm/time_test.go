@@ -25,7 +25,7 @@ func TestFSM_ApplyClaimPrimaryRebase(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t)
 			h.term = 2
-			h.mustApply(ClaimPrimary{Now: t0, Holder: "node-a", GraceMs: grace})
+			h.mustApply(ClaimPrimary{Header: Header{Now: t0}, Holder: "node-a", GraceMs: grace})
 			for _, r := range []struct {
 				id  string
 				ttl int64
@@ -47,7 +47,7 @@ func TestFSM_ApplyClaimPrimaryRebase(t *testing.T) {
 				h.mustApply(c)
 			}
 			// Time moves through any applied command, not only sweeps.
-			h.mustApply(IssueToken{Now: lastNow, Machine: "mbp", SHA256: tokenSumOne})
+			h.mustApply(IssueToken{Header: Header{Now: lastNow}, Machine: "mbp", SHA256: tokenSumOne})
 			if got := h.f.LastNow(); got != lastNow {
 				t.Fatalf("LastNow() = %d, want %d", got, lastNow)
 			}
@@ -62,7 +62,7 @@ func TestFSM_ApplyClaimPrimaryRebase(t *testing.T) {
 
 			h.term = 3
 			claimNow := lastNow + tt.skew
-			p := mustResult[Primary](h, ClaimPrimary{Now: claimNow, Holder: "node-b", GraceMs: grace})
+			p := mustResult[Primary](h, ClaimPrimary{Header: Header{Now: claimNow}, Holder: "node-b", GraceMs: grace})
 			claimIndex := h.index
 			if want := (Primary{Holder: "node-b", Generation: 3, ClaimedAt: claimNow, Index: claimIndex}); p != want || h.f.Primary() != want {
 				t.Fatalf("Apply() = %+v, Primary() = %+v, want %+v", p, h.f.Primary(), want)
@@ -111,19 +111,19 @@ func TestFSM_ApplyClaimPrimaryRebase(t *testing.T) {
 			}
 
 			// Due records stay until a Sweep, but are dead to their holders.
-			if res := h.apply(HeartbeatResource{Now: claimNow, Caller: memberCaller, ID: "machine:edge"}); !isErr(res, ErrNotFound) {
+			if res := h.apply(HeartbeatResource{Header: Header{Now: claimNow}, Caller: memberCaller, ID: "machine:edge"}); !isErr(res, ErrNotFound) {
 				t.Errorf("heartbeat on a due record: Apply() = %v, want %v", res, ErrNotFound)
 			}
-			if res := h.apply(RenewLease{Now: claimNow, Caller: memberCaller, Port: 31452, LeaseID: "lease"}); !isErr(res, ErrNotFound) {
+			if res := h.apply(RenewLease{Header: Header{Now: claimNow}, Caller: memberCaller, Port: 31452, LeaseID: "lease"}); !isErr(res, ErrNotFound) {
 				t.Errorf("renew of a due lease: Apply() = %v, want %v", res, ErrNotFound)
 			}
 			if got := h.f.Counts(); got.Resources != 6 || got.Leases != 4 {
 				t.Fatalf("Counts() before the sweep = %+v, want 6 resources, 4 leases", got)
 			}
 			// The tightest live record is still live at claim.now.
-			h.mustApply(HeartbeatResource{Now: claimNow, Caller: memberCaller, ID: "machine:tight"})
+			h.mustApply(HeartbeatResource{Header: Header{Now: claimNow}, Caller: memberCaller, ID: "machine:tight"})
 
-			res := mustResult[SweepResult](h, Sweep{Now: claimNow})
+			res := mustResult[SweepResult](h, Sweep{Header: Header{Now: claimNow}})
 			if want := (SweepResult{Resources: dueIDs, Leases: duePorts}); !reflect.DeepEqual(res, want) {
 				t.Errorf("Sweep: Apply() = %+v, want %+v", res, want)
 			}
@@ -141,10 +141,10 @@ func TestFSM_ApplyClaimPrimaryRebaseTwice(t *testing.T) {
 	h.baseline() // machine:base and the 31450 lease expire at t0+ttl; lastNow t0
 	h.term = 4
 	first := t0 + hour
-	h.mustApply(ClaimPrimary{Now: first, Holder: "node-b", GraceMs: 1000})
+	h.mustApply(ClaimPrimary{Header: Header{Now: first}, Holder: "node-b", GraceMs: 1000})
 	h.term = 5
 	second := t0 - hour
-	h.mustApply(ClaimPrimary{Now: second, Holder: "node-c", GraceMs: 2000})
+	h.mustApply(ClaimPrimary{Header: Header{Now: second}, Holder: "node-c", GraceMs: 2000})
 	want := second + ttl + 1000 + 2000
 	if r, _ := h.f.Resource("machine:base"); r.ExpiresAt != want {
 		t.Errorf("resource expiresAt = %d, want %d (remaining + both graces)", r.ExpiresAt, want)
@@ -160,7 +160,7 @@ func TestFSM_ApplyClaimPrimaryRebaseTwice(t *testing.T) {
 // "Nothing expires except through a committed Sweep."
 func TestFSM_ApplyNothingExpiresWithoutSweep(t *testing.T) {
 	h := newHarness(t)
-	h.mustApply(ClaimPrimary{Now: t0, Holder: "node-a", GraceMs: 1000})
+	h.mustApply(ClaimPrimary{Header: Header{Now: t0}, Holder: "node-a", GraceMs: 1000})
 	short := registerCmd(t0, memberCaller, "machine:short", "short")
 	short.TTLMs = 1000
 	h.mustApply(short)
@@ -178,17 +178,17 @@ func TestFSM_ApplyNothingExpiresWithoutSweep(t *testing.T) {
 		case 0:
 			cmd = registerCmd(now, otherCaller, "instance:other/"+string(rune('a'+i/6)), "other")
 		case 1:
-			cmd = HeartbeatResource{Now: now, Caller: memberCaller, ID: "machine:kept", Attrs: attrs(`{"load":1}`)}
+			cmd = HeartbeatResource{Header: Header{Now: now}, Caller: memberCaller, ID: "machine:kept", Attrs: attrs(`{"load":1}`)}
 		case 2:
-			cmd = RenewLease{Now: now, Caller: memberCaller, Port: 31451, LeaseID: "lease-kept"}
+			cmd = RenewLease{Header: Header{Now: now}, Caller: memberCaller, Port: 31451, LeaseID: "lease-kept"}
 		case 3:
 			c := acquireCmd(now, otherCaller, "lease-other")
 			c.Excluded = []int{31450} // acquiring 31450 would replace the expired lease
 			cmd = c
 		case 4:
-			cmd = IssueToken{Now: now, Machine: "other", SHA256: sumHex(string(rune('a' + i)))}
+			cmd = IssueToken{Header: Header{Now: now}, Machine: "other", SHA256: sumHex(string(rune('a' + i)))}
 		case 5:
-			cmd = HeartbeatResource{Now: now, Caller: memberCaller, ID: "machine:short"} // 404, but applied
+			cmd = HeartbeatResource{Header: Header{Now: now}, Caller: memberCaller, ID: "machine:short"} // 404, but applied
 		}
 		h.apply(cmd)
 		if _, ok := h.f.Resource("machine:short"); !ok {
@@ -205,7 +205,7 @@ func TestFSM_ApplyNothingExpiresWithoutSweep(t *testing.T) {
 		t.Errorf("machine:short expiresAt = %d, want %d (untouched)", r.ExpiresAt, t0+1000)
 	}
 	before := h.f.Counts()
-	res := mustResult[SweepResult](h, Sweep{Now: now})
+	res := mustResult[SweepResult](h, Sweep{Header: Header{Now: now}})
 	want := SweepResult{Resources: []string{"machine:short"}, Leases: []int{31450}}
 	if !reflect.DeepEqual(res, want) {
 		t.Errorf("Sweep: Apply() = %+v, want %+v", res, want)
@@ -220,7 +220,7 @@ func TestFSM_ApplyNothingExpiresWithoutSweep(t *testing.T) {
 func TestFSM_ApplyClampsNow(t *testing.T) {
 	const late = t0 + 10_000 // lastNow after setup
 	advance := func(h *harness) {
-		h.mustApply(IssueToken{Now: late, Machine: "clock", SHA256: sumHex("clock")})
+		h.mustApply(IssueToken{Header: Header{Now: late}, Machine: "clock", SHA256: sumHex("clock")})
 	}
 	cases := []applyCase{
 		{
@@ -251,7 +251,7 @@ func TestFSM_ApplyClampsNow(t *testing.T) {
 		{
 			name:  "issue token",
 			setup: advance,
-			cmd:   constant(IssueToken{Now: t0, Machine: "mbp", SHA256: tokenSumOne}),
+			cmd:   constant(IssueToken{Header: Header{Now: t0}, Machine: "mbp", SHA256: tokenSumOne}),
 			check: func(t *testing.T, h *harness, res interface{}) {
 				if got := res.(MemberToken).IssuedAt; got != "2023-11-14T22:13:30.000Z" {
 					t.Errorf("Apply().IssuedAt = %s, want 2023-11-14T22:13:30.000Z", got)
@@ -266,7 +266,7 @@ func TestFSM_ApplyClampsNow(t *testing.T) {
 				h.mustApply(c)
 				advance(h)
 			},
-			cmd: constant(Sweep{Now: t0}),
+			cmd: constant(Sweep{Header: Header{Now: t0}}),
 			check: func(t *testing.T, h *harness, res interface{}) {
 				if got := res.(SweepResult).Resources; !reflect.DeepEqual(got, []string{"machine:mbp"}) {
 					t.Errorf("Apply().Resources = %v, want [machine:mbp]", got)
@@ -281,7 +281,7 @@ func TestFSM_ApplyClampsNow(t *testing.T) {
 				h.mustApply(c)
 				advance(h)
 			},
-			cmd:     constant(RenewLease{Now: t0 + 1000, Caller: memberCaller, Port: 31451, LeaseID: "lease-1"}),
+			cmd:     constant(RenewLease{Header: Header{Now: t0 + 1000}, Caller: memberCaller, Port: 31451, LeaseID: "lease-1"}),
 			wantErr: []error{ErrNotFound},
 		},
 		{
@@ -292,7 +292,7 @@ func TestFSM_ApplyClampsNow(t *testing.T) {
 				h.mustApply(c)
 				advance(h)
 			},
-			cmd:     constant(HeartbeatResource{Now: t0 + 1000, Caller: memberCaller, ID: "machine:mbp"}),
+			cmd:     constant(HeartbeatResource{Header: Header{Now: t0 + 1000}, Caller: memberCaller, ID: "machine:mbp"}),
 			wantErr: []error{ErrNotFound},
 		},
 	}
