@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/elanous/elanous-node/api/wire"
 	"github.com/hashicorp/raft"
 )
 
@@ -79,7 +80,7 @@ func (a *applier) live(expiresAt int64) bool { return expiresAt > a.now }
 // a record with remaining = expiresAt − lastNow > 0 gets now + remaining +
 // grace, anything already due becomes due at now.
 func (a *applier) claim(c ClaimPrimary) any {
-	if !ValidCandidate(c.Holder) || c.GraceMs < 0 {
+	if !wire.ValidCandidate(c.Holder) || c.GraceMs < 0 {
 		return fmt.Errorf("%w: claim by %q with grace %d", ErrInvalidCommand, c.Holder, c.GraceMs)
 	}
 	a.now = c.Now
@@ -214,7 +215,7 @@ func (a *applier) acquire(c AcquireLease) any {
 	for _, p := range c.Excluded {
 		excluded[p] = true
 	}
-	ttl := min(c.TTLMs, MaxLeaseTTLMs)
+	ttl := min(c.TTLMs, wire.MaxLeaseTTLMs)
 	for port := c.BandStart; port <= c.BandEnd; port++ {
 		if excluded[port] {
 			continue
@@ -282,7 +283,7 @@ func (a *applier) release(c ReleaseLease) any {
 }
 
 func (a *applier) issueToken(c IssueToken) any {
-	if !ValidMachine(c.Machine) || !ValidSHA256(c.SHA256) {
+	if !wire.ValidMachine(c.Machine) || !wire.ValidSHA256(c.SHA256) {
 		return fmt.Errorf("%w: token for machine %q", ErrInvalidCommand, c.Machine)
 	}
 	if other, ok := a.st.byHash[c.SHA256]; ok && other != c.Machine {

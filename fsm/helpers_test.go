@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/elanous/elanous-node/api/wire"
 	"github.com/hashicorp/raft"
 )
 
@@ -18,8 +19,8 @@ const (
 	t0       int64  = 1_700_000_000_000
 	ttl      int64  = 600_000
 	baseTerm uint64 = 3
-	bandLow         = DefaultBandLow
-	bandHigh        = DefaultBandHigh
+	bandLow         = wire.DefaultBandStart
+	bandHigh        = wire.DefaultBandEnd
 )
 
 // Callers as the API layer would build them.
