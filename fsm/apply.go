@@ -203,7 +203,10 @@ func (a *applier) acquire(c AcquireLease) any {
 			}
 			return fmt.Errorf("%w: lease %s on port %d", ErrIdempotencyKeyUsed, rec.LeaseID, rec.Port)
 		}
-		// Leases granted before keys were remembered carry their key.
+		// No live memory of the key: its retention has passed (the record
+		// is pruned by the next Sweep) while the lease it granted, with a
+		// TTL longer than the retention, is still live. Each lease carries the key it
+		// was granted under, so a retry still finds its own lease.
 		for port := c.BandStart; port <= c.BandEnd; port++ {
 			if l, ok := a.st.leases[port]; ok && a.live(l.ExpiresAt) &&
 				l.Owner == c.Caller.Owner && l.IdempotencyKey == c.IdempotencyKey {
