@@ -190,6 +190,7 @@ func TestFSM_ApplyDeterministicRandom(t *testing.T) {
 				if _, ok := g.peek.Apply(e).(error); !ok {
 					successes++
 				}
+				checkIndexes(t, g.peek, fmt.Sprintf("after entry %d", e.Index))
 				entries = append(entries, e)
 			}
 			if successes < 100 {

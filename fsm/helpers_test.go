@@ -156,15 +156,13 @@ type stateOf struct {
 }
 
 func capture(f *FSM) stateOf {
-	f.mu.RLock()
-	doc := f.documentLocked()
-	f.mu.RUnlock()
-	doc.LastNow = 0
-	data, err := json.Marshal(doc)
-	if err != nil {
+	v, _ := f.view()
+	v.lastNow = 0
+	var buf bytes.Buffer
+	if err := v.write(&buf, 0); err != nil {
 		panic(err)
 	}
-	return stateOf{hash: f.Hash(), tables: string(data), lastNow: f.LastNow()}
+	return stateOf{hash: f.Hash(), tables: buf.String(), lastNow: f.LastNow()}
 }
 
 // assertUnchanged checks that a refused command changed no table. Every
