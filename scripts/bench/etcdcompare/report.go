@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 )
@@ -25,8 +26,12 @@ func printTable(w io.Writer, rep *report) {
 		}
 		names = append(names, v)
 	}
-	fmt.Fprintf(w, "Systems: %s. Three members each on loopback, default settings; %d clients over the three members, %s per row, %d kills, fill %d.\n",
-		strings.Join(names, ", "), o.Clients, time.Duration(o.DurationSeconds*float64(time.Second)), o.Kills, o.Fill)
+	kills := ""
+	if slices.Contains(o.Ops, rowFailover) {
+		kills = fmt.Sprintf(", %d kills", o.Kills)
+	}
+	fmt.Fprintf(w, "Systems: %s. Three members each on loopback, default settings; %d clients over the three members, %s per row%s, fill %d.\n",
+		strings.Join(names, ", "), o.Clients, time.Duration(o.DurationSeconds*float64(time.Second)), kills, o.Fill)
 	if len(o.ElanousEnv) > 0 {
 		fmt.Fprintf(w, "elanous nodes ran with %s.\n", strings.Join(o.ElanousEnv, " "))
 	}
