@@ -43,30 +43,87 @@ func (f *FSM) Apply(l *raft.Log) any {
 	if err != nil {
 		return err
 	}
-	sp := commandTable[cmd.Type()]
-	// a.now starts at lastNow: a claim that fails validation must leave the
-	// cluster time where it was (a zero a.now would reset lastNow to 0 and the
-	// next claim would rebase every TTL by the whole Unix epoch). Every other
-	// command's time is clamped to at least lastNow.
-	a := applier{st: f.st, term: l.Term, index: l.Index, now: f.st.lastNow}
-	if !sp.ownClock {
-		a.now = max(cmd.header().Now, f.st.lastNow)
-	}
-	result := sp.apply(&a, cmd)
-	// Time moves with every applied command, failed ones included (records do
-	// not change, but lastNow does): within a generation a.now >= lastNow, and
-	// only a successful claim may move it back.
-	f.st.lastNow = a.now
-	for t := range a.touched {
-		if a.touched[t] {
+	var touched [numTables]bool
+	result := applyOne(commandTable, f.st, cmd, l.Term, l.Index, &touched)
+	for t := range touched {
+		if touched[t] {
 			f.touchLocked(Table(t), l.Index)
 		}
 	}
 	return result
 }
 
+// applyOne applies a decoded command to st at (term, index), moves the
+// cluster time and records the tables it changed in touched. The table is a
+// parameter (always commandTable) because the batch spec inside it applies
+// commands through applyOne: a direct reference would be an initialization
+// cycle.
+func applyOne(table map[CommandType]commandSpec, st *state, cmd Command, term, index uint64, touched *[numTables]bool) any {
+	sp := table[cmd.Type()]
+	// a.now starts at lastNow: a claim that fails validation must leave the
+	// cluster time where it was (a zero a.now would reset lastNow to 0 and the
+	// next claim would rebase every TTL by the whole Unix epoch). Every other
+	// command's time is clamped to at least lastNow.
+	a := applier{table: table, st: st, term: term, index: index, now: st.lastNow}
+	if !sp.ownClock {
+		a.now = max(cmd.header().Now, st.lastNow)
+	}
+	result := sp.apply(&a, cmd)
+	// Time moves with every applied command, failed ones included (records do
+	// not change, but lastNow does): within a generation a.now >= lastNow, and
+	// only a successful claim may move it back.
+	st.lastNow = a.now
+	for t := range a.touched {
+		touched[t] = touched[t] || a.touched[t]
+	}
+	return result
+}
+
+// batch applies each command of a Batch in order, as its own command at the
+// batch's term and index: its own time (clamped to at least the batch's),
+// its own result. A command
+// that does not decode, that a batch may not hold, or a second acquire gets
+// an ErrInvalidCommand result and changes nothing; the others go on.
+func (a *applier) batch(b Batch) any {
+	// Every command runs at least at the batch's time, which the leader
+	// stamps when it forms the batch, after each command was stamped.
+	a.st.lastNow = a.now
+	res := BatchResult{Results: make([]any, len(b.Commands))}
+	acquires := 0
+	for i, item := range b.Commands {
+		if err := batchable(a.table, item.Type); err != nil {
+			res.Results[i] = err
+			continue
+		}
+		cmd, err := a.table[item.Type].decode(item.Body)
+		if err != nil {
+			res.Results[i] = err
+			continue
+		}
+		if item.Type == AcquireLeaseType {
+			if acquires++; acquires > 1 {
+				res.Results[i] = fmt.Errorf("%w: a batch holds at most one acquire", ErrInvalidCommand)
+				continue
+			}
+		}
+		res.Results[i] = applyOne(a.table, a.st, cmd, a.term, a.index, &a.touched)
+	}
+	a.now = a.st.lastNow
+	return res
+}
+
+// setFormat raises the format level to c.Level, which this build must know.
+func (a *applier) setFormat(c SetFormat) any {
+	if c.Level <= a.st.format || c.Level > MaxFormat {
+		return fmt.Errorf("%w: format %d (the cluster is at %d, this build knows up to %d)", ErrInvalidCommand, c.Level, a.st.format, MaxFormat)
+	}
+	a.st.format = c.Level
+	return nil
+}
+
 // applier applies one command to st at (term, index) with the clamped time now.
 type applier struct {
+	table   map[CommandType]commandSpec
 	st      *state
 	term    uint64
 	index   uint64

@@ -19,8 +19,8 @@ import (
 // entry), each as the exact bytes the leader proposed; snapshot.json, the
 // exact bytes Persist wrote after that log; and expected.json, the state hash
 // and counts the build computed. Fixtures are written once, by the build that
-// introduces the format, and never rewritten (see ARCHITECTURE.md, "Versioned
-// formats"):
+// introduces the format, and never rewritten once released (see
+// ARCHITECTURE.md, "Versioned formats"):
 //
 //	go test ./fsm -run TestFormatFixtures -write-format-fixtures
 //
@@ -104,6 +104,28 @@ func fixtureLog(t *testing.T) []fixtureEntry {
 	add(ClaimPrimary{Header: Header{Now: t0 - 3_600_000}, Holder: "node-b", GraceMs: 1000})
 	add(HeartbeatResource{Header: Header{Now: t0 - 3_590_000}, Caller: mbpCaller, ID: "machine:mbp"})
 	add(Sweep{Header: Header{Now: t0 - 3_580_000}})
+	// Format 2: the level is raised, then commands share entries.
+	add(SetFormat{Header: Header{Now: t0 - 3_570_000}, Level: 2})
+	batch := mustBatch(t0-3_560_000,
+		registerCmd(t0-3_560_010, memberCaller, "machine:batched", "batched"),
+		HeartbeatResource{Header: Header{Now: t0 - 3_560_005}, Caller: mbpCaller, ID: "instance:mbp/1"},
+		acquireCmd(t0-3_560_002, memberCaller, "0a1b2c3d-0000-4000-8000-000000000003"),
+		RenewLease{Header: Header{Now: t0 - 3_560_001}, Caller: mbpCaller, Port: 31451, LeaseID: "not-mine"},
+		DeleteResource{Header: Header{Now: t0 - 3_560_000}, Caller: memberCaller, ID: "machine:none"},
+	)
+	// Refused inside a batch: a second acquire, a claim, a body that does not decode.
+	second, err := marshalJSON(acquireCmd(t0-3_560_000, memberCaller, "0a1b2c3d-0000-4000-8000-000000000004"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch.Commands = append(batch.Commands,
+		BatchItem{Type: AcquireLeaseType, Body: second},
+		BatchItem{Type: ClaimPrimaryType, Body: []byte(`{"now":1,"holder":"node-c","graceMs":0}`)},
+		BatchItem{Type: RegisterResourceType, Body: []byte(`"not an object"`)},
+	)
+	add(batch)
+	add(mustBatch(t0-3_550_000, ReleaseLease{Header: Header{Now: t0 - 3_550_000}, Caller: memberCaller, Port: 31450, LeaseID: "0a1b2c3d-0000-4000-8000-000000000003"}))
+	add(Sweep{Header: Header{Now: t0 - 3_540_000}})
 	return out
 }
 

@@ -65,6 +65,13 @@ func (f *FSM) Primary() Primary {
 	return f.st.primary
 }
 
+// Format returns the cluster's format level (see MaxFormat).
+func (f *FSM) Format() int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.format
+}
+
 // LastNow returns the latest applied cluster time in Unix ms.
 func (f *FSM) LastNow() int64 {
 	f.mu.RLock()

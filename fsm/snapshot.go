@@ -12,10 +12,20 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// SnapshotVersion is the version of the snapshot document Persist writes.
-// Restore refuses a version it does not know. ARCHITECTURE.md, "Versioned
-// formats", says when it changes.
-const SnapshotVersion = 1
+// MaxFormat is the highest format level this build knows. A cluster's state
+// is at one level (SetFormat raises it): the level is the version of the
+// snapshot document Persist writes and decides which command types the
+// leader may propose. Restore reads every level from 1 to MaxFormat and
+// refuses any other. ARCHITECTURE.md, "Versioned formats", says when a level
+// is added.
+//
+// Format 1 is the first release. Format 2 adds the Batch and SetFormat
+// command types; its document is format 1's with version 2.
+const MaxFormat = 2
+
+// SnapshotVersion is the newest snapshot document version this build writes
+// (at format level MaxFormat).
+const SnapshotVersion = MaxFormat
 
 // document is the versioned snapshot encoding, as Restore reads it. Lists are
 // sorted so the same state always encodes to the same bytes (Hash relies on
@@ -50,6 +60,7 @@ type view struct {
 	tokens    []MemberToken
 	idem      []idemRecord
 	primary   Primary
+	format    int
 	lastNow   int64
 	indexes   [numTables]uint64
 }
@@ -67,6 +78,7 @@ func (f *FSM) view() (view, uint64) {
 		tokens:    st.sortedTokens(),
 		idem:      st.sortedIdem(),
 		primary:   st.primary,
+		format:    st.format,
 		lastNow:   st.lastNow,
 		indexes:   st.indexes,
 	}, f.applied
@@ -105,7 +117,7 @@ func (v view) write(out io.Writer, applied uint64) error {
 		}
 		put("]")
 	}
-	put(`{"version":` + strconv.Itoa(SnapshotVersion) + `,"resources":[`)
+	put(`{"version":` + strconv.Itoa(v.format) + `,"resources":[`)
 	first := true
 	v.resources.Ascend(func(r *Resource) bool {
 		if !first {
@@ -170,10 +182,11 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 }
 
 func (doc document) state() (*state, error) {
-	if doc.Version != SnapshotVersion {
-		return nil, fmt.Errorf("snapshot version %d is not supported (want %d)", doc.Version, SnapshotVersion)
+	if doc.Version < 1 || doc.Version > MaxFormat {
+		return nil, fmt.Errorf("snapshot version %d is not supported (this build reads 1 to %d)", doc.Version, MaxFormat)
 	}
 	st := newState()
+	st.format = doc.Version
 	for i := range doc.Resources {
 		r := &doc.Resources[i]
 		if r.Attrs == nil {

@@ -23,6 +23,7 @@ type state struct {
 	byHash    map[string]string      // sha256 → machine, derived from tokens
 	idem      map[string]idemRecord  // owner + "/" + Idempotency-Key → the grant it made
 	primary   Primary
+	format    int               // the format level: the snapshot version, the command types in use
 	lastNow   int64             // the latest applied time (Unix ms)
 	indexes   [numTables]uint64 // log index of the last change to each table
 
@@ -78,6 +79,7 @@ func newState() *state {
 		idemExpiry:  btree.NewG(btreeDegree, lessExpiry),
 		byMachine:   btree.NewG(btreeDegree, lessMachineID),
 		leaseByKey:  map[string][]int{},
+		format:      1,
 	}
 }
 
