@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/elanous/elanous-node/fsm"
+	"github.com/elanous/elanous-node/internal/testutil"
 )
 
 func acquire(owner string, ttl int64) fsm.AcquireLease {
@@ -20,11 +21,11 @@ func TestNode_ElectionClaimsPrimary(t *testing.T) {
 	leader := tc.nodes[li]
 	term := leader.raft.CurrentTerm()
 	for i, n := range tc.nodes {
-		waitFor(t, "claim applied on every node", 5*time.Second, func() bool {
+		testutil.WaitFor(t, "claim applied on every node", 5*time.Second, func() bool {
 			p := n.FSM().Primary()
 			return p.Holder == leader.ID() && p.Generation == term
 		})
-		waitFor(t, "node ready", 5*time.Second, n.Ready)
+		testutil.WaitFor(t, "node ready", 5*time.Second, n.Ready)
 		if i != li {
 			got, ok := n.Leader()
 			if !ok || got.Machine != leader.ID() {
@@ -38,7 +39,7 @@ func TestNode_ProposeOnFollowerReturnsNotLeader(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
 	li := tc.readyLeader()
 	fi := (li + 1) % 3
-	waitFor(t, "follower knows leader", 5*time.Second, func() bool { _, ok := tc.nodes[fi].Leader(); return ok })
+	testutil.WaitFor(t, "follower knows leader", 5*time.Second, func() bool { _, ok := tc.nodes[fi].Leader(); return ok })
 	_, err := tc.nodes[fi].Propose(context.Background(), acquire("o1", 1000))
 	if !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("Propose() on follower error = %v, want ErrNotLeader", err)
@@ -84,7 +85,7 @@ func TestNode_SweepExpiresThroughLog(t *testing.T) {
 		t.Fatalf("Propose(acquire) error = %v", err)
 	}
 	for _, n := range tc.nodes {
-		waitFor(t, "lease swept on every node", 5*time.Second, func() bool {
+		testutil.WaitFor(t, "lease swept on every node", 5*time.Second, func() bool {
 			_, ok := n.FSM().Lease(31450)
 			return !ok
 		})
@@ -107,7 +108,7 @@ func TestNode_FailoverKeepsLeasesAndDeposedSweepNeverCommits(t *testing.T) {
 			}
 			granted := res.Value.(fsm.PortLease)
 			for _, n := range tc.nodes {
-				waitFor(t, "lease replicated", 5*time.Second, func() bool { _, ok := n.FSM().Lease(31450); return ok })
+				testutil.WaitFor(t, "lease replicated", 5*time.Second, func() bool { _, ok := n.FSM().Lease(31450); return ok })
 			}
 			tc.isolate(li)
 			ni := tc.readyLeader(li)
@@ -149,7 +150,7 @@ func TestNode_NoLeaderFailsFast(t *testing.T) {
 		tc.isolate(i)
 	}
 	for _, n := range tc.nodes {
-		waitFor(t, "leadership lost", 5*time.Second, func() bool { return !n.IsLeader() })
+		testutil.WaitFor(t, "leadership lost", 5*time.Second, func() bool { return !n.IsLeader() })
 	}
 	start := time.Now()
 	_, err := tc.nodes[0].Propose(context.Background(), acquire("o1", 1000))

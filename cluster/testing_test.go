@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/hashicorp/raft"
 )
 
@@ -69,25 +70,11 @@ func newTestCluster(t *testing.T, n int, tweak func(i int, c *Config)) *testClus
 	return tc
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		<-tick.C
-	}
-}
-
 // readyLeader waits for a leader whose claim is applied and returns its index.
 func (tc *testCluster) readyLeader(except ...int) int {
 	tc.t.Helper()
 	var idx int
-	waitFor(tc.t, "a ready leader", 10*time.Second, func() bool {
+	testutil.WaitFor(tc.t, "a ready leader", 10*time.Second, func() bool {
 		for i, n := range tc.nodes {
 			if n == nil || contains(except, i) {
 				continue
