@@ -10,15 +10,11 @@ import (
 	"github.com/elanous/elanous-node/internal/testutil"
 )
 
-// noLeaderBound is how fast a write must fail without a leader. DESIGN §5
-// says "with no leader, writes answer 503 no-leader within 1 s" (and the
-// lease client gives up after 1 s): that is a protocol requirement, which is
-// why this test measures time at all. The bound is the 1 s of the contract
-// plus slack for a loaded -race run.
-const noLeaderBound = 1500 * time.Millisecond
-
 // TestServer_WriteWithoutLeader stops two of three nodes; every write to the
-// survivor answers 503 no-leader with Retry-After, promptly.
+// survivor answers 503 no-leader with a well-formed body and Retry-After.
+// How fast it answers (within 1 s, the contract) is checked end to end on real
+// processes, with a margin (cmd/elanous-node TestE2E_WriteWithoutLeader): a
+// time bound does not belong in a unit test.
 func TestServer_WriteWithoutLeader(t *testing.T) {
 	c := apitest.Start(t, clusterOptions())
 	// The survivor is the leader: stopping a follower hands nothing over,
@@ -60,14 +56,8 @@ func TestServer_WriteWithoutLeader(t *testing.T) {
 		t.Run(w.name, func(t *testing.T) {
 			t.Parallel()
 			r := testutil.Send(t, noRetry(w.call))
+			// WantError checks the JSON {error, message} body and, on a 503, Retry-After.
 			testutil.WantError(t, w.name+" without a leader", r, http.StatusServiceUnavailable, wire.CodeNoLeader)
-			if r.Header.Get("Retry-After") == "" {
-				t.Errorf("%s: 503 without Retry-After", w.name)
-			}
-			if r.Elapsed >= noLeaderBound {
-				t.Errorf("%s answered 503 after %v, want within 1 s (bound %v)", w.name, r.Elapsed, noLeaderBound)
-			}
-			t.Logf("%s: 503 %s after %v", w.name, wire.CodeNoLeader, r.Elapsed)
 		})
 	}
 
