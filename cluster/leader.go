@@ -70,7 +70,7 @@ func (n *Node) takeLead() {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		n.lead1(ctx, l)
+		n.leadTerm(ctx, l)
 	}()
 }
 
@@ -85,9 +85,9 @@ func (n *Node) stepDown() {
 	}
 }
 
-// lead1 runs one term of leadership: Barrier, ClaimPrimary, then sweeps.
+// leadTerm runs one term of leadership: Barrier, ClaimPrimary, then sweeps.
 // A failed barrier or claim is retried while this node still leads.
-func (n *Node) lead1(ctx context.Context, l *leadership) {
+func (n *Node) leadTerm(ctx context.Context, l *leadership) {
 	for attempt := 0; ; attempt++ {
 		p, err := n.claim(ctx, l)
 		if err == nil {
