@@ -15,6 +15,7 @@ type leadership struct {
 	monoStart time.Time // monotonic reference taken with wallAtWin
 	ready     chan struct{}
 	cancel    context.CancelFunc
+	batcher   *batcher // nil when batching is off
 }
 
 // now is the lease clock: wallAtWin plus monotonic elapsed time.
@@ -62,6 +63,9 @@ func (n *Node) takeLead() {
 		ready:     make(chan struct{}),
 		cancel:    cancel,
 	}
+	if n.cfg.MaxBatch > 1 {
+		l.batcher = newBatcher(n, l)
+	}
 	n.mu.Lock()
 	n.lead = l
 	n.elected++
@@ -72,6 +76,13 @@ func (n *Node) takeLead() {
 		defer n.wg.Done()
 		n.leadTerm(ctx, l)
 	}()
+	if l.batcher != nil {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			l.batcher.run(ctx)
+		}()
+	}
 }
 
 func (n *Node) stepDown() {
@@ -102,6 +113,11 @@ func (n *Node) leadTerm(ctx context.Context, l *leadership) {
 		case <-time.After(n.cfg.HeartbeatTimeout):
 		}
 	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.raiseFormat(ctx, l)
+	}()
 	n.sweepLoop(ctx, l)
 }
 

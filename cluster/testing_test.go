@@ -25,7 +25,7 @@ func fastConfig(id string, cands []Candidate) Config {
 		ID: id, Candidates: cands, Bootstrap: true,
 		HeartbeatTimeout: 50 * time.Millisecond, ElectionTimeout: 50 * time.Millisecond,
 		LeaderLeaseTimeout: 50 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
-		SweepInterval: 100 * time.Millisecond,
+		SweepInterval: 100 * time.Millisecond, FormatCheckInterval: 100 * time.Millisecond,
 	}
 }
 
