@@ -7,6 +7,7 @@ import (
 	"log"
 	"log/slog"
 	"reflect"
+	"strings"
 	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
@@ -19,8 +20,7 @@ const LevelTrace = slog.LevelDebug - 4
 // snapshot store write through. It is an adapter onto the node's slog
 // handler, so raft's lines have the process's format (text or JSON), minimum
 // level and keys: time, level, msg, node, component ("raft"), then raft's
-// own attributes, with raft's "error" key renamed "err" as in the rest of the
-// process.
+// own attributes in snake_case, "err" for an error (see normalizeKey).
 func raftLogger(cfg Config) hclog.Logger {
 	return &slogHCLogger{
 		log:   cfg.Logger.With("node", cfg.ID, "component", "raft"),
@@ -74,8 +74,8 @@ func (h *slogHCLogger) Log(level hclog.Level, msg string, args ...any) {
 	h.log.Log(context.Background(), slogLevel(level), msg, convertArgs(args)...)
 }
 
-// convertArgs turns hclog's key/value pairs into slog's: "error" becomes
-// "err", hclog.Format values are formatted, and a fmt.Stringer (raft passes
+// convertArgs turns hclog's key/value pairs into slog's: keys are
+// normalized (normalizeKey), hclog.Format values are formatted, and a fmt.Stringer (raft passes
 // *Raft and server structs) is logged as its String(), as hclog does, rather
 // than as a JSON object.
 func convertArgs(args []any) []any {
@@ -89,12 +89,29 @@ func convertArgs(args []any) []any {
 		if !ok {
 			key = fmt.Sprint(args[i])
 		}
-		if key == "error" {
-			key = "err"
-		}
+		key = normalizeKey(key)
 		out = append(out, key, convertValue(args[i+1]))
 	}
 	return out
+}
+
+// reservedKeys are the keys of the process's log envelope (and slog's
+// source); a raft attribute of the same name gets a "raft_" prefix so that
+// it cannot shadow them (raft logs "failed to contact" with a "time").
+var reservedKeys = map[string]bool{"time": true, "level": true, "msg": true, "node": true, "component": true, "source": true}
+
+// normalizeKey gives raft's keys the process's style: snake_case
+// ("leader-address" is leader_address, "backoff time" is backoff_time),
+// "error" is "err", and a reserved key gets a "raft_" prefix.
+func normalizeKey(key string) string {
+	if key == "error" {
+		return "err"
+	}
+	key = strings.NewReplacer("-", "_", " ", "_").Replace(key)
+	if reservedKeys[key] {
+		return "raft_" + key
+	}
+	return key
 }
 
 func convertValue(v any) any {

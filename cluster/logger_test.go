@@ -39,7 +39,8 @@ func TestRaftLogger_WritesThroughSlog(t *testing.T) {
 	h.Trace("not written")
 	h.Debug("not written either")
 	h.With("snapshot", "s1").Info("entering follower state",
-		"error", errors.New("boom"), "servers", hclog.Fmt("%d servers", 3), "follower", stringer{}, "term", 7)
+		"error", errors.New("boom"), "servers", hclog.Fmt("%d servers", 3), "follower", stringer{}, "term", 7,
+		"time", "150ms", "leader-address", "10.0.0.1:31412", "backoff time", "10ms")
 	h.Warn("odd", "dangling")
 
 	lines := jsonLines(t, &buf)
@@ -49,6 +50,7 @@ func TestRaftLogger_WritesThroughSlog(t *testing.T) {
 	want := map[string]any{
 		"level": "INFO", "msg": "entering follower state", "node": "node-a", "component": "raft",
 		"snapshot": "s1", "err": "boom", "servers": "3 servers", "follower": "as-string", "term": float64(7),
+		"raft_time": "150ms", "leader_address": "10.0.0.1:31412", "backoff_time": "10ms",
 	}
 	for k, v := range want {
 		if got := lines[0][k]; got != v {
@@ -58,8 +60,8 @@ func TestRaftLogger_WritesThroughSlog(t *testing.T) {
 	if _, ok := lines[0]["error"]; ok {
 		t.Error(`raft's "error" key was kept, want it renamed "err"`)
 	}
-	if _, ok := lines[0]["time"]; !ok {
-		t.Error("line has no time")
+	if ts, _ := lines[0]["time"].(string); !strings.HasPrefix(ts, "20") {
+		t.Errorf("line time = %q, want the record's timestamp (raft's own \"time\" moved to raft_time)", ts)
 	}
 	if got := lines[1]["extra"]; got != "dangling" {
 		t.Errorf(`a value without a key is logged under "extra" = %#v, want "dangling"`, got)
