@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"sort"
+	"slices"
 	"time"
 
+	"github.com/elanous/elanous-node/api/wire"
+	"github.com/google/btree"
 	"github.com/hashicorp/raft"
 )
 
@@ -79,7 +81,7 @@ func (a *applier) live(expiresAt int64) bool { return expiresAt > a.now }
 // a record with remaining = expiresAt − lastNow > 0 gets now + remaining +
 // grace, anything already due becomes due at now.
 func (a *applier) claim(c ClaimPrimary) any {
-	if !ValidCandidate(c.Holder) || c.GraceMs < 0 {
+	if !wire.ValidCandidate(c.Holder) || c.GraceMs < 0 {
 		return fmt.Errorf("%w: claim by %q with grace %d", ErrInvalidCommand, c.Holder, c.GraceMs)
 	}
 	a.now = c.Now
@@ -90,11 +92,17 @@ func (a *applier) claim(c ClaimPrimary) any {
 		}
 		return c.Now
 	}
-	for id, r := range a.st.resources {
-		r.ExpiresAt = rebase(r.ExpiresAt)
-		a.st.resources[id] = r
+	// Rebasing is monotonic, so the trees keep their order; each record is
+	// rewritten (records are immutable once stored) and the indexes rebuilt.
+	rebased := btree.NewG(btreeDegree, lessResource)
+	a.st.resources.Ascend(func(r *Resource) bool {
+		c := *r
+		c.ExpiresAt = rebase(c.ExpiresAt)
+		rebased.ReplaceOrInsert(&c)
 		a.touched[TableResources] = true
-	}
+		return true
+	})
+	a.st.resources = rebased
 	for port, l := range a.st.leases {
 		l.ExpiresAt = rebase(l.ExpiresAt)
 		a.st.leases[port] = l
@@ -104,6 +112,7 @@ func (a *applier) claim(c ClaimPrimary) any {
 		rec.Until = rebase(rec.Until)
 		a.st.idem[k] = rec
 	}
+	a.st.rebuildIndexes()
 	a.st.primary = Primary{Holder: c.Holder, Generation: a.term, ClaimedAt: c.Now, Index: a.index}
 	a.touched[TablePrimary] = true
 	return a.st.primary
@@ -117,7 +126,7 @@ func (a *applier) register(c RegisterResource) any {
 		return fmt.Errorf("%w: token of machine %q cannot register for %q", ErrForbidden, c.Caller.Machine, c.Machine)
 	}
 	registeredAt := a.now
-	if old, ok := a.st.resources[c.ID]; ok && a.live(old.ExpiresAt) {
+	if old, ok := a.st.resource(c.ID); ok && a.live(old.ExpiresAt) {
 		if c.Caller.Machine != "" && old.Machine != c.Caller.Machine {
 			return fmt.Errorf("%w: resource %q belongs to machine %q", ErrForbidden, c.ID, old.Machine)
 		}
@@ -127,26 +136,26 @@ func (a *applier) register(c RegisterResource) any {
 	if attrs == nil {
 		attrs = map[string]json.RawMessage{}
 	}
-	r := Resource{
+	r := &Resource{
 		ID: c.ID, Kind: c.Kind, Name: c.Name, Machine: c.Machine, Owner: c.Caller.Owner,
 		Endpoint: c.Endpoint, Attrs: attrs, ObservedAt: c.ObservedAt, TTLMs: c.TTLMs,
 		RegisteredAt: registeredAt, RenewedAt: a.now, ExpiresAt: a.now + c.TTLMs, Revision: a.index,
 	}
-	a.st.resources[c.ID] = r
+	a.st.putResource(r)
 	a.touched[TableResources] = true
-	return r
+	return *r
 }
 
 // liveResource finds a live resource the caller may change.
 func (a *applier) liveResource(id string, caller Caller) (Resource, error) {
-	r, ok := a.st.resources[id]
+	r, ok := a.st.resource(id)
 	if !ok || !a.live(r.ExpiresAt) {
 		return Resource{}, fmt.Errorf("resource %q: %w", id, ErrNotFound)
 	}
 	if caller.Machine != "" && r.Machine != caller.Machine {
 		return Resource{}, fmt.Errorf("%w: resource %q belongs to machine %q", ErrForbidden, id, r.Machine)
 	}
-	return r, nil
+	return *r, nil
 }
 
 func (a *applier) heartbeat(c HeartbeatResource) any {
@@ -171,7 +180,7 @@ func (a *applier) heartbeat(c HeartbeatResource) any {
 	r.RenewedAt = a.now
 	r.ExpiresAt = a.now + r.TTLMs
 	r.Revision = a.index
-	a.st.resources[c.ID] = r
+	a.st.putResource(&r)
 	a.touched[TableResources] = true
 	return r
 }
@@ -183,7 +192,7 @@ func (a *applier) deleteResource(c DeleteResource) any {
 	if _, err := a.liveResource(c.ID, c.Caller); err != nil {
 		return err
 	}
-	delete(a.st.resources, c.ID)
+	a.st.deleteResource(c.ID)
 	a.touched[TableResources] = true
 	return nil
 }
@@ -202,19 +211,55 @@ func (a *applier) acquire(c AcquireLease) any {
 			}
 			return fmt.Errorf("%w: lease %s on port %d", ErrIdempotencyKeyUsed, rec.LeaseID, rec.Port)
 		}
-		// Leases granted before keys were remembered carry their key.
-		for port := c.BandStart; port <= c.BandEnd; port++ {
-			if l, ok := a.st.leases[port]; ok && a.live(l.ExpiresAt) &&
-				l.Owner == c.Caller.Owner && l.IdempotencyKey == c.IdempotencyKey {
+		// No live memory of the key: its retention has passed (the record
+		// is pruned by the next Sweep) while the lease it granted, with a
+		// TTL longer than the retention, is still live. Each lease carries
+		// the key it was granted under, so a retry still finds its own
+		// lease: the lowest such port of the band.
+		for _, port := range a.st.leaseByKey[idemKey(c.Caller.Owner, c.IdempotencyKey)] {
+			if l := a.st.leases[port]; port >= c.BandStart && port <= c.BandEnd && a.live(l.ExpiresAt) {
 				return l
 			}
 		}
 	}
+	port, ok := a.freePort(c)
+	if !ok {
+		return fmt.Errorf("%w: no free port in %d-%d", ErrBandExhausted, c.BandStart, c.BandEnd)
+	}
+	ttl := min(c.TTLMs, wire.MaxLeaseTTLMs)
+	l := PortLease{
+		ID: fmt.Sprintf("port-lease:%d", port), Port: port, LeaseID: c.LeaseID,
+		Machine: c.Machine, Purpose: c.Purpose, Owner: c.Caller.Owner, TTLMs: ttl,
+		GrantedAt: a.now, RenewedAt: a.now, ExpiresAt: a.now + ttl,
+		Generation: a.term, Fence: a.index, IdempotencyKey: c.IdempotencyKey,
+	}
+	a.st.putLease(l)
+	if c.IdempotencyKey != "" {
+		k := idemKey(c.Caller.Owner, c.IdempotencyKey)
+		a.st.putIdem(idemRecord{Key: k, Port: port, LeaseID: c.LeaseID, Until: a.now + IdempotencyRetentionMs})
+	}
+	a.touched[TableLeases] = true
+	return l
+}
+
+// freePort picks the lowest port of the command's band that is not excluded
+// and holds no live lease (a due lease that no Sweep has removed yet is
+// replaced). When no lease is due, the port bitmap answers in a few word
+// operations; otherwise the band is walked port by port, as rarely happens
+// between an expiry and its Sweep.
+func (a *applier) freePort(c AcquireLease) (int, bool) {
 	excluded := make(map[int]bool, len(c.Excluded))
 	for _, p := range c.Excluded {
 		excluded[p] = true
 	}
-	ttl := min(c.TTLMs, MaxLeaseTTLMs)
+	if !a.st.anyLeaseDue(a.now) {
+		for p := a.st.occupied.nextFree(c.BandStart, c.BandEnd); p >= 0; p = a.st.occupied.nextFree(p+1, c.BandEnd) {
+			if !excluded[p] {
+				return p, true
+			}
+		}
+		return 0, false
+	}
 	for port := c.BandStart; port <= c.BandEnd; port++ {
 		if excluded[port] {
 			continue
@@ -222,21 +267,9 @@ func (a *applier) acquire(c AcquireLease) any {
 		if old, ok := a.st.leases[port]; ok && a.live(old.ExpiresAt) {
 			continue
 		}
-		l := PortLease{
-			ID: fmt.Sprintf("port-lease:%d", port), Port: port, LeaseID: c.LeaseID,
-			Machine: c.Machine, Purpose: c.Purpose, Owner: c.Caller.Owner, TTLMs: ttl,
-			GrantedAt: a.now, RenewedAt: a.now, ExpiresAt: a.now + ttl,
-			Generation: a.term, Fence: a.index, IdempotencyKey: c.IdempotencyKey,
-		}
-		a.st.leases[port] = l
-		if c.IdempotencyKey != "" {
-			k := idemKey(c.Caller.Owner, c.IdempotencyKey)
-			a.st.idem[k] = idemRecord{Key: k, Port: port, LeaseID: c.LeaseID, Until: a.now + IdempotencyRetentionMs}
-		}
-		a.touched[TableLeases] = true
-		return l
+		return port, true
 	}
-	return fmt.Errorf("%w: no free port in %d-%d", ErrBandExhausted, c.BandStart, c.BandEnd)
+	return 0, false
 }
 
 // heldLease finds the live lease on port held under leaseID by the caller
@@ -267,7 +300,7 @@ func (a *applier) renew(c RenewLease) any {
 	}
 	l.RenewedAt = a.now
 	l.ExpiresAt = a.now + l.TTLMs
-	a.st.leases[c.Port] = l
+	a.st.putLease(l)
 	a.touched[TableLeases] = true
 	return l
 }
@@ -276,66 +309,55 @@ func (a *applier) release(c ReleaseLease) any {
 	if _, err := a.heldLease(c.Port, c.LeaseID, c.Caller); err != nil {
 		return err
 	}
-	delete(a.st.leases, c.Port)
+	a.st.deleteLease(c.Port)
 	a.touched[TableLeases] = true
 	return nil
 }
 
 func (a *applier) issueToken(c IssueToken) any {
-	if !ValidMachine(c.Machine) || !ValidSHA256(c.SHA256) {
+	if !wire.ValidMachine(c.Machine) || !wire.ValidSHA256(c.SHA256) {
 		return fmt.Errorf("%w: token for machine %q", ErrInvalidCommand, c.Machine)
 	}
 	if other, ok := a.st.byHash[c.SHA256]; ok && other != c.Machine {
 		return fmt.Errorf("%w: token hash already issued", ErrInvalidCommand)
-	}
-	if old, ok := a.st.tokens[c.Machine]; ok {
-		delete(a.st.byHash, old.SHA256)
 	}
 	t := MemberToken{
 		Machine:  c.Machine,
 		SHA256:   c.SHA256,
 		IssuedAt: time.UnixMilli(a.now).UTC().Format("2006-01-02T15:04:05.000Z"),
 	}
-	a.st.tokens[c.Machine] = t
-	a.st.byHash[c.SHA256] = c.Machine
+	a.st.putToken(t)
 	a.touched[TableTokens] = true
 	return t
 }
 
 func (a *applier) revokeToken(c RevokeToken) any {
-	t, ok := a.st.tokens[c.Machine]
-	if !ok {
+	if _, ok := a.st.tokens[c.Machine]; !ok {
 		return fmt.Errorf("token of machine %q: %w", c.Machine, ErrNotFound)
 	}
-	delete(a.st.tokens, c.Machine)
-	delete(a.st.byHash, t.SHA256)
+	a.st.deleteToken(c.Machine)
 	a.touched[TableTokens] = true
 	return nil
 }
 
-// sweep expires every record due at a.now.
+// sweep expires every record due at a.now, walking the expiry indexes from
+// their earliest entry: O(k log n) for k due records.
 func (a *applier) sweep(Sweep) any {
 	res := SweepResult{Resources: []string{}, Leases: []int{}}
-	for id, r := range a.st.resources {
-		if !a.live(r.ExpiresAt) {
-			delete(a.st.resources, id)
-			res.Resources = append(res.Resources, id)
-			a.touched[TableResources] = true
-		}
+	for _, e := range due(a.st.resExpiry, a.now) {
+		a.st.deleteResource(e.key)
+		res.Resources = append(res.Resources, e.key)
+		a.touched[TableResources] = true
 	}
-	for port, l := range a.st.leases {
-		if !a.live(l.ExpiresAt) {
-			delete(a.st.leases, port)
-			res.Leases = append(res.Leases, port)
-			a.touched[TableLeases] = true
-		}
+	for _, e := range due(a.st.leaseExpiry, a.now) {
+		a.st.deleteLease(e.port)
+		res.Leases = append(res.Leases, e.port)
+		a.touched[TableLeases] = true
 	}
-	for k, rec := range a.st.idem {
-		if !a.live(rec.Until) {
-			delete(a.st.idem, k)
-		}
+	for _, e := range due(a.st.idemExpiry, a.now) {
+		a.st.deleteIdem(e.key)
 	}
-	sort.Strings(res.Resources)
-	sort.Ints(res.Leases)
+	slices.Sort(res.Resources)
+	slices.Sort(res.Leases)
 	return res
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/elanous/elanous-node/api/wire"
 	"github.com/hashicorp/raft"
 )
 
@@ -117,8 +118,8 @@ func (g *randomLog) command() Command {
 	case 0, 1:
 		c := RegisterResource{Header: Header{Now: now}, Caller: g.caller(), ID: g.id(), Kind: "machine", Name: "n", Machine: g.machine(),
 			Attrs: raw, ObservedAt: now, TTLMs: g.ttl()}
-		if c.TTLMs > MaxResourceTTL {
-			c.TTLMs = MaxResourceTTL
+		if c.TTLMs > wire.MaxResourceTTLMs {
+			c.TTLMs = wire.MaxResourceTTLMs
 		}
 		return c
 	case 2:
@@ -189,6 +190,7 @@ func TestFSM_ApplyDeterministicRandom(t *testing.T) {
 				if _, ok := g.peek.Apply(e).(error); !ok {
 					successes++
 				}
+				checkIndexes(t, g.peek, fmt.Sprintf("after entry %d", e.Index))
 				entries = append(entries, e)
 			}
 			if successes < 100 {

@@ -166,7 +166,7 @@ func TestFSM_ApplySkipBit(t *testing.T) {
 // wrapping ErrInvalidCommand; it does not even move the time.
 func TestFSM_ApplyMalformedBody(t *testing.T) {
 	bodies := []string{"", "{", "[]", `"x"`, `{"now":"soon"}`, `{"now":99999999999999}}`, `{"now":99999999999999}{}`, `{"now":1e400}`}
-	for typ := RegisterResourceType; typ <= SweepType; typ++ {
+	for typ := range commandTable {
 		for _, body := range bodies {
 			t.Run(fmt.Sprintf("type %d body %q", typ, body), func(t *testing.T) {
 				h := newHarness(t)

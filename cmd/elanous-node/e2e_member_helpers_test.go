@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/elanous/elanous-node/api/wire"
-	"github.com/elanous/elanous-node/member"
 )
 
 // Member timings of the acceptance criterion: heartbeat every 500 ms, a lease
@@ -343,7 +342,7 @@ func (c *e2eCluster) issueMachineToken(nd *e2eNode, machine string) string {
 	var issued wire.IssuedToken
 	mustCall(c.t, http.StatusCreated, &issued, http.MethodPost, nd.url+"/v1/tokens/member", c.tokens.Admin,
 		wire.IssueTokenRequest{Machine: machine})
-	if !member.ValidToken(issued.Token) {
+	if !wire.ValidToken(issued.Token) {
 		c.t.Fatalf("POST /v1/tokens/member answered a malformed token for %s", issued.Machine)
 	}
 	pollUntil(c.t, 5*time.Second, "every node has applied the machine token", func() error {

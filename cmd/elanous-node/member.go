@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/config"
 	"github.com/elanous/elanous-node/member"
 )
@@ -75,7 +76,7 @@ ELANOUS_LOG_LEVEL, ELANOUS_LOG_FORMAT; default info, text).`,
 			if machine == "" {
 				machine = host
 			}
-			if !member.ValidMachine(machine) {
+			if !wire.ValidMachine(machine) {
 				return fmt.Errorf("machine name %q is not valid; pass --machine", machine)
 			}
 			if instance == "" {
