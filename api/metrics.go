@@ -1,6 +1,7 @@
 package api
 
 import (
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -10,11 +11,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
-// metrics are the API's Prometheus figures plus the node's raft figures.
+// metrics are the API's Prometheus figures plus the node's: its raft view
+// (term, indexes, leadership), the replicated state's counts, its proposal
+// histogram and lateness figures (cluster.Node.Collector) and raft's own
+// metrics (cluster.RaftMetrics). No figure uses a sentinel value: one that
+// does not apply is absent.
 type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	forwards *prometheus.CounterVec
+	access   *slog.Logger // nil: no access log; set by Server.LogRequests before serving
 }
 
 func newMetrics(reg *prometheus.Registry, node *cluster.Node) *metrics {
@@ -48,13 +54,6 @@ func newMetrics(reg *prometheus.Registry, node *cluster.Node) *metrics {
 	gauge("elanous_raft_last_index", "Last index in the Raft log.", func() float64 { return float64(r.LastIndex()) })
 	gauge("elanous_raft_leader", "1 when this node is the Raft leader.", func() float64 { return b2f(node.IsLeader()) })
 	gauge("elanous_ready", "1 when this node serves (leader known, its claim applied here).", func() float64 { return b2f(node.Ready()) })
-	gauge("elanous_raft_last_contact_seconds", "Seconds since the leader was last heard from (0 on the leader, -1 never).", func() float64 {
-		d := node.LastContact()
-		if d < 0 {
-			return -1
-		}
-		return d.Seconds()
-	})
 	gauge("elanous_generation", "Generation (leader term) of the applied primary claim.", func() float64 { return float64(node.FSM().Primary().Generation) })
 	gauge("elanous_resources", "Registered resources.", func() float64 { return float64(node.FSM().Counts().Resources) })
 	gauge("elanous_port_leases", "Port leases held.", func() float64 { return float64(node.FSM().Counts().Leases) })
@@ -63,9 +62,7 @@ func newMetrics(reg *prometheus.Registry, node *cluster.Node) *metrics {
 		o, _ := node.LeaderChanges()
 		return float64(o)
 	})
-	counter("elanous_propose_total", "Commands handed to Raft by this node.", func() float64 { c, _, _ := node.ApplyStats(); return float64(c) })
-	counter("elanous_propose_failures_total", "Commands Raft refused or lost.", func() float64 { _, f, _ := node.ApplyStats(); return float64(f) })
-	counter("elanous_propose_seconds_total", "Summed latency of proposals.", func() float64 { _, _, d := node.ApplyStats(); return d.Seconds() })
+	reg.MustRegister(node.Collector(), cluster.RaftMetrics())
 	return m
 }
 
@@ -76,7 +73,8 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// middleware records every request's route, status and latency.
+// middleware records every request's route, status and latency, and writes
+// an access log line when access logging is on.
 func (m *metrics) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
@@ -90,7 +88,15 @@ func (m *metrics) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 			status, _ = toWire(err)
 		}
 		m.requests.WithLabelValues(route, c.Request().Method, strconv.Itoa(status)).Inc()
-		m.duration.WithLabelValues(route, c.Request().Method).Observe(time.Since(start).Seconds())
+		elapsed := time.Since(start)
+		m.duration.WithLabelValues(route, c.Request().Method).Observe(elapsed.Seconds())
+		if m.access != nil {
+			r := c.Request()
+			m.access.LogAttrs(r.Context(), slog.LevelInfo, "http request",
+				slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("route", route),
+				slog.Int("status", status), slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
+				slog.Int64("bytes", c.Response().Size), slog.String("remote", r.RemoteAddr))
+		}
 		return err
 	}
 }

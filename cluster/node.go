@@ -68,9 +68,9 @@ type Config struct {
 
 	// WallClock is read once per election won; default the system clock.
 	WallClock func() time.Time
-	Logger    *slog.Logger // default: discard
-	LogOutput io.Writer    // where raft's own logs go; default: discard
-	LogJSON   bool         // raft logs as JSON
+	// Logger receives the node's lines (with node=<ID>, component=cluster)
+	// and raft's own (component=raft); default: discard.
+	Logger *slog.Logger
 }
 
 // Stores are the three raft stores of a node.
@@ -152,7 +152,7 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:      cfg,
 		fsm:      fsm.New(),
-		log:      cfg.Logger.With("node", cfg.ID),
+		log:      cfg.Logger.With("node", cfg.ID, "component", "cluster"),
 		byID:     map[string]Candidate{},
 		notifyCh: make(chan bool, 16),
 		stop:     make(chan struct{}),
@@ -185,6 +185,7 @@ func New(cfg Config) (*Node, error) {
 	n.trans = trans
 	n.stores = stores
 
+	RaftMetrics() // raft's metrics go to the process's sink from its first figure on
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
 	rc.HeartbeatTimeout = cfg.HeartbeatTimeout

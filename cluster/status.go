@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/elanous/elanous-node/fsm"
@@ -141,30 +140,4 @@ func (n *Node) LeaderChanges() (observed, won uint64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.observed, n.elected
-}
-
-// applyStats counts proposals for metrics.
-type applyStats struct {
-	mu       sync.Mutex
-	count    uint64
-	failures uint64
-	total    time.Duration
-}
-
-// ApplyStats returns the number of proposals, how many raft refused or lost,
-// and their summed latency.
-func (n *Node) ApplyStats() (count, failures uint64, total time.Duration) {
-	n.stats.mu.Lock()
-	defer n.stats.mu.Unlock()
-	return n.stats.count, n.stats.failures, n.stats.total
-}
-
-func (n *Node) observeApply(d time.Duration, err error) {
-	n.stats.mu.Lock()
-	defer n.stats.mu.Unlock()
-	n.stats.count++
-	n.stats.total += d
-	if err != nil {
-		n.stats.failures++
-	}
 }

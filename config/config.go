@@ -119,6 +119,9 @@ type LogConfig struct {
 	Level string `mapstructure:"level"`
 	// Format is text or json (log.format).
 	Format string `mapstructure:"format"`
+	// Access turns on the HTTP access log: one Info line per request
+	// (log.access); off by default.
+	Access bool `mapstructure:"access"`
 }
 
 // Default returns the built-in configuration: every key's default, with no

@@ -53,6 +53,7 @@ func TestDefault_Values(t *testing.T) {
 		{"ports.offline", d.Ports.Offline, Band{Start: 31500, End: 31509}},
 		{"log.level", d.Log.Level, "info"},
 		{"log.format", d.Log.Format, "text"},
+		{"log.access", d.Log.Access, false},
 	}
 	for _, c := range checks {
 		if c.got != c.want {

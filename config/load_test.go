@@ -159,6 +159,7 @@ func TestLoad_EnvTypes(t *testing.T) {
 		"ELANOUS_PORTS_OFFLINE_END=31600",
 		"ELANOUS_TOKENS_FILE=/etc/elanous/tokens.json",
 		"ELANOUS_LOG_FORMAT=json",
+		"ELANOUS_LOG_ACCESS=true",
 		`ELANOUS_CLUSTER_CANDIDATES=[{"machine":"node-a","url":"http://10.0.0.1:31413","raft":"10.0.0.1:31412"},` +
 			`{"machine":"node-b","url":"http://10.0.0.2:31413","raft":"10.0.0.2:31412"}]`,
 	}
@@ -181,6 +182,7 @@ func TestLoad_EnvTypes(t *testing.T) {
 		{"ports.offline", c.Ports.Offline, Band{Start: 31500, End: 31600}},
 		{"tokens.file", c.Tokens.File, "/etc/elanous/tokens.json"},
 		{"log.format", c.Log.Format, "json"},
+		{"log.access", c.Log.Access, true},
 		{"cluster.candidates", c.Cluster.Candidates, []Candidate{
 			{Machine: "node-a", URL: "http://10.0.0.1:31413", Raft: "10.0.0.1:31412"},
 			{Machine: "node-b", URL: "http://10.0.0.2:31413", Raft: "10.0.0.2:31412"},

@@ -99,7 +99,7 @@ members. Stop it with Ctrl-C.`,
 					stopAll()
 					return fmt.Errorf("dev configuration of %s: %w", cfg.Node.ID, err)
 				}
-				c, err := startCandidate(cfg, tokens, logger.With("candidate", cfg.Node.ID), logOut)
+				c, err := startCandidate(cfg, tokens, logger)
 				if err != nil {
 					stopAll()
 					return err

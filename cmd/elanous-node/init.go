@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -20,11 +21,11 @@ const tokenBytes = 32
 
 func newInitCmd() *cobra.Command {
 	var (
-		file  string
-		force bool
+		file, from       string
+		force, ifMissing bool
 	)
 	cmd := &cobra.Command{
-		Use:   "init [--data-dir DIR | --file PATH] [--force]",
+		Use:   "init [--data-dir DIR | --file PATH] [--force | --if-missing] [--from FILE]",
 		Short: "Create the cluster tokens file (admin, member and query tokens)",
 		Long: `Create the cluster tokens file: three random tokens, admin, member and query,
 written to <data_dir>/control/tokens.json (or tokens.file from the config, or
@@ -32,7 +33,14 @@ written to <data_dir>/control/tokens.json (or tokens.file from the config, or
 the same path on every other candidate: all candidates must share it.
 
 The tokens are never printed. An existing file is kept unless --force is given;
-replacing it invalidates the tokens every client and candidate holds.`,
+replacing it invalidates the tokens every client and candidate holds. With
+--if-missing an existing file is kept and init succeeds, for automated
+bring-up (deploy/compose.yaml runs it on every "up").
+
+--from FILE installs the tokens of FILE (checked, whatever its mode) instead
+of drawing new ones: the file is written 0600 and owned by the user running
+init. Kubernetes mounts a Secret group-readable, which serve refuses; an init
+container copies it with --from (deploy/kubernetes).`,
 		Args:                  cobra.NoArgs,
 		DisableFlagsInUseLine: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -44,11 +52,21 @@ replacing it invalidates the tokens every client and candidate holds.`,
 				}
 				path = cfg.TokensFile()
 			}
-			tokens, err := newTokens()
+			var tokens wire.TokensFile
+			var err error
+			if from != "" {
+				tokens, err = decodeTokensFile(from)
+			} else {
+				tokens, err = newTokens()
+			}
 			if err != nil {
 				return err
 			}
 			if err := saveTokensFile(path, tokens, force); err != nil {
+				if errors.Is(err, fs.ErrExist) && ifMissing {
+					fmt.Fprintf(cmd.OutOrStdout(), "Kept the existing tokens file %s.\n", path)
+					return nil
+				}
 				if errors.Is(err, fs.ErrExist) {
 					return fmt.Errorf("tokens file %s already exists; keep it, or pass --force to replace it "+
 						"(every client and candidate must then get the new file)", path)
@@ -57,6 +75,9 @@ replacing it invalidates the tokens every client and candidate holds.`,
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "Wrote cluster tokens to %s (mode 0600).\n", path)
+			if from != "" {
+				return nil
+			}
 			fmt.Fprintf(out, "Copy this file to the same path on every other candidate, keeping mode 0600, e.g.\n")
 			fmt.Fprintf(out, "  scp -p %s <candidate>:%s\n", path, path)
 			fmt.Fprintf(out, "Use a token without printing it, e.g.\n")
@@ -67,7 +88,10 @@ replacing it invalidates the tokens every client and candidate holds.`,
 	cmd.Flags().String("data-dir", "", "data directory; the file goes to <data-dir>/control/tokens.json (config key node.data_dir)")
 	cmd.Flags().StringVar(&file, "file", "", "write the tokens file to this path instead")
 	cmd.Flags().BoolVar(&force, "force", false, "replace an existing tokens file")
+	cmd.Flags().BoolVar(&ifMissing, "if-missing", false, "keep an existing tokens file and succeed")
+	cmd.Flags().StringVar(&from, "from", "", "install the tokens of this file instead of drawing new ones")
 	cmd.MarkFlagsMutuallyExclusive("data-dir", "file")
+	cmd.MarkFlagsMutuallyExclusive("force", "if-missing")
 	return cmd
 }
 
@@ -172,8 +196,25 @@ func readTokensFile(path string) (wire.TokensFile, error) {
 		return wire.TokensFile{}, fmt.Errorf("tokens file %s has mode %04o, open to group or others; "+
 			"restrict it with: chmod 600 %s", path, perm, path)
 	}
+	return decodeTokens(f, path)
+}
+
+// decodeTokensFile reads and checks the tokens file at path, whatever its
+// mode (init --from).
+func decodeTokensFile(path string) (wire.TokensFile, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return wire.TokensFile{}, fmt.Errorf("open tokens file: %w", err)
+	}
+	defer f.Close()
+	return decodeTokens(f, path)
+}
+
+// decodeTokens decodes a tokens file strictly (no unknown fields, no
+// trailing data) and checks its tokens; path is for messages.
+func decodeTokens(r io.Reader, path string) (wire.TokensFile, error) {
 	var t wire.TokensFile
-	dec := json.NewDecoder(f)
+	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&t); err != nil {
 		return wire.TokensFile{}, fmt.Errorf("decode tokens file %s: %w", path, err)

@@ -3,13 +3,13 @@ package main
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/config"
 	"github.com/elanous/elanous-node/member"
 )
 
@@ -51,7 +51,10 @@ new primaries are followed as they happen.
 
 The token (member scope, or this machine's token) comes from ELANOUS_TOKEN,
 --token-file or the join file; the machine name from --machine, the join
-file, or the hostname.`,
+file, or the hostname.
+
+It logs to stderr as log.level and log.format say (config file,
+ELANOUS_LOG_LEVEL, ELANOUS_LOG_FORMAT; default info, text).`,
 		Example: `  # after "elanous-node join", with the candidates from the config file
   elanous-node member run --config /etc/elanous/elanous.yaml
 
@@ -85,7 +88,14 @@ file, or the hostname.`,
 				}
 				endpoint = fmt.Sprintf("http://%s:%d", host, defaultInstancePort)
 			}
-			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+			cfg, err := loadClientConfig(cmd)
+			if err != nil {
+				return err
+			}
+			if err := checkLogConfig(cfg.Log); err != nil {
+				return err
+			}
+			logger := newLogger(cfg, cmd.ErrOrStderr()).With("component", "member")
 			env.logger = logger
 			c, err := env.client()
 			if err != nil {
@@ -128,4 +138,19 @@ file, or the hostname.`,
 	fs.StringVar(&endpoint, "endpoint", "", fmt.Sprintf("instance endpoint (default http://<hostname>:%d)", defaultInstancePort))
 	fs.DurationVar(&interval, "interval", member.DefaultHeartbeatInterval, "heartbeat interval (at most 5m)")
 	return cmd
+}
+
+// checkLogConfig refuses a log.level or log.format newLogger does not know.
+func checkLogConfig(l config.LogConfig) error {
+	switch l.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("log.level %q must be one of debug, info, warn, error", l.Level)
+	}
+	switch l.Format {
+	case "text", "json":
+	default:
+		return fmt.Errorf("log.format %q must be one of text, json", l.Format)
+	}
+	return nil
 }

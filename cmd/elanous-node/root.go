@@ -45,6 +45,7 @@ precedence.`,
 		newMemberCmd(),
 		newJoinCmd(),
 		newBenchCmd(),
+		newHealthCmd(),
 		newVersionCmd(),
 	)
 	return cmd

@@ -12,6 +12,7 @@ import (
 	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/cluster"
 	"github.com/elanous/elanous-node/config"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // candidate is one running elanous-node candidate: its Raft node and its API.
@@ -23,7 +24,10 @@ type candidate struct {
 	log  *slog.Logger
 }
 
-// newLogger builds the process logger from the log.* keys.
+// newLogger builds the process logger from log.level and log.format. Every
+// line has time, level and msg; a candidate's lines add node (its machine
+// name) and component: "cluster" (the Raft node), "raft" (hashicorp/raft's
+// own lines), "api" (the HTTP API and its access log) or "main".
 func newLogger(cfg config.Config, out io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.Log.Level))
@@ -35,7 +39,9 @@ func newLogger(cfg config.Config, out io.Writer) *slog.Logger {
 }
 
 // startCandidate opens the node's stores, starts Raft and serves the API.
-func startCandidate(cfg config.Config, tokens wire.TokensFile, logger *slog.Logger, logOut io.Writer) (*candidate, error) {
+// Its metrics registry has the build info, the node's and raft's figures and
+// the API's.
+func startCandidate(cfg config.Config, tokens wire.TokensFile, logger *slog.Logger) (*candidate, error) {
 	var cands []cluster.Candidate
 	for _, c := range cfg.Cluster.Candidates {
 		cands = append(cands, cluster.Candidate{Machine: c.Machine, URL: c.URL, Raft: c.Raft})
@@ -52,19 +58,26 @@ func startCandidate(cfg config.Config, tokens wire.TokensFile, logger *slog.Logg
 		SnapshotThreshold: cfg.Raft.SnapshotThreshold, SnapshotInterval: cfg.Raft.SnapshotInterval,
 		TrailingLogs: cfg.Raft.TrailingLogs, MaxAppendEntries: cfg.Raft.MaxAppendEntries,
 		Grace:  cfg.Raft.GraceOrDefault(),
-		Logger: logger, LogOutput: logOut, LogJSON: cfg.Log.Format == "json",
+		Logger: logger,
 	})
 	if err != nil {
 		_ = ln.Close()
 		return nil, err
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(buildInfoCollector())
+	apiLog := logger.With("node", cfg.Node.ID, "component", "api")
 	srv := api.New(api.Deps{
 		Node: node, Tokens: tokens, Band: api.Band{Start: cfg.Ports.Test.Start, End: cfg.Ports.Test.End},
-		MetricsAuth: cfg.HTTP.MetricsAuth, Logger: logger,
+		MetricsAuth: cfg.HTTP.MetricsAuth, Logger: apiLog, Registry: reg,
 	})
-	c := &candidate{cfg: cfg, node: node, api: srv, errc: make(chan error, 1), log: logger}
+	if cfg.Log.Access {
+		srv.LogRequests(apiLog)
+	}
+	log := logger.With("node", cfg.Node.ID, "component", "main")
+	c := &candidate{cfg: cfg, node: node, api: srv, errc: make(chan error, 1), log: log}
 	go func() { c.errc <- srv.Serve(ln) }()
-	logger.Info("candidate started", "machine", cfg.Node.ID, "http", cfg.HTTP.Addr, "raft", cfg.Raft.Addr, "data_dir", cfg.Node.DataDir)
+	log.Info("candidate started", "version", version, "http", cfg.HTTP.Addr, "raft", cfg.Raft.Addr, "data_dir", cfg.Node.DataDir)
 	return c, nil
 }
 
@@ -76,7 +89,7 @@ func (c *candidate) stop(timeout time.Duration) error {
 	c.node.TransferLeadership(ctx)
 	apiErr := c.api.Shutdown(ctx)
 	nodeErr := c.node.Close(ctx)
-	c.log.Info("candidate stopped", "machine", c.cfg.Node.ID)
+	c.log.Info("candidate stopped")
 	if apiErr != nil {
 		return fmt.Errorf("stop api: %w", apiErr)
 	}

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 
 	"github.com/elanous/elanous-node/config"
@@ -25,7 +27,12 @@ A node with no Raft state bootstraps the cluster from cluster.candidates when
 cluster.bootstrap is true; every candidate may be given the same list. A node
 with state never bootstraps again. On SIGTERM a leader hands leadership to
 another candidate before it exits, so the cluster does not wait out an
-election timeout.`,
+election timeout.
+
+Under systemd (Type=notify, NOTIFY_SOCKET set) it reports READY=1 once the
+node serves: a leader is known and its claim is applied here, as /v1/ready
+answers 200. Until then its STATUS says it waits for a leader, so
+"systemctl start" on the first candidate returns only once a quorum is up.`,
 		Example: `  elanous-node serve --config /etc/elanous/elanous.yaml
   ELANOUS_HTTP_ADDR=0.0.0.0:31413 elanous-node serve --config elanous.yaml`,
 		Args: cobra.NoArgs,
@@ -42,20 +49,58 @@ election timeout.`,
 				return err
 			}
 			logger := newLogger(cfg, os.Stderr)
-			c, err := startCandidate(cfg, tokens, logger, os.Stderr)
+			c, err := startCandidate(cfg, tokens, logger)
 			if err != nil {
 				return err
 			}
+			ctx, cancel := context.WithCancel(cmd.Context())
+			notified := make(chan struct{})
+			go func() {
+				defer close(notified)
+				c.notifyReady(ctx)
+			}()
 			select {
 			case <-cmd.Context().Done():
-				logger.Info("signal received, stopping")
+				c.log.Info("signal received, stopping")
 			case err := <-c.errc:
+				cancel()
+				<-notified
 				_ = c.stop(5 * time.Second)
 				return fmt.Errorf("http server: %w", err)
 			}
+			cancel()
+			<-notified
+			_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
 			return c.stop(10 * time.Second)
 		},
 	}
 	config.BindFlags(cmd.Flags())
 	return cmd
+}
+
+// notifyReady tells systemd (when NOTIFY_SOCKET is set) that the candidate
+// is waiting for a leader, then READY=1 once it serves. It returns after
+// READY=1, at once without NOTIFY_SOCKET, or when ctx is done.
+func (c *candidate) notifyReady(ctx context.Context) {
+	sent, err := daemon.SdNotify(false, "STATUS=waiting for a leader and its claim")
+	if !sent {
+		if err != nil {
+			c.log.Warn("systemd notification failed", "err", err)
+		}
+		return
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !c.node.Ready() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS=serving"); err != nil {
+		c.log.Warn("systemd notification failed", "err", err)
+		return
+	}
+	c.log.Info("ready; notified systemd")
 }

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"debug/elf"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/scripts/chaos/check"
 	"github.com/elanous/elanous-node/scripts/chaos/harness"
 )
@@ -52,7 +55,7 @@ func docker(ctx context.Context, args ...string) (string, error) {
 func (d *dockerEnv) compose(ctx context.Context, args ...string) (string, error) {
 	full := append([]string{"-p", composeProject, "-f", filepath.Join(d.deploy, "compose.yaml")}, args...)
 	cmd := exec.CommandContext(ctx, "docker-compose", full...)
-	cmd.Env = append(os.Environ(), "ELANOUS_IMAGE="+chaosImage, "ELANOUS_DATA_DIR="+filepath.Join(d.dir, "data"))
+	cmd.Env = append(os.Environ(), "ELANOUS_IMAGE="+chaosImage)
 	for _, n := range dockerNodes {
 		cmd.Env = append(cmd.Env, n.env+"="+n.port)
 	}
@@ -73,35 +76,14 @@ func (s *suite) runDocker(ctx context.Context, sc scenario, dir string, mon *lea
 	}
 	gomod, _ := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	d := &dockerEnv{deploy: filepath.Join(filepath.Dir(strings.TrimSpace(string(gomod))), "deploy"), dir: dir}
-	// The image: deploy/Dockerfile with the static chaos binary as its context.
-	bctx := filepath.Join(dir, "image")
-	if err := os.MkdirAll(bctx, 0o755); err != nil {
-		return nil, fs, err
-	}
+	// The image: deploy/build-image with the static chaos binary.
 	if err := staticELF(s.bin); err != nil {
 		return nil, fs, err
 	}
-	bin, err := os.ReadFile(s.bin)
-	if err != nil {
-		return nil, fs, err
-	}
-	if err := os.WriteFile(filepath.Join(bctx, "elanous-node"), bin, 0o755); err != nil {
-		return nil, fs, err
-	}
-	s.logf("[%s] docker build -f deploy/Dockerfile -t %s", sc.name, chaosImage)
-	bcmd := exec.CommandContext(ctx, "docker", "build", "-q", "-f", filepath.Join(d.deploy, "Dockerfile"), "-t", chaosImage, bctx)
-	bcmd.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
+	s.logf("[%s] deploy/build-image --binary %s --tag %s", sc.name, s.bin, chaosImage)
+	bcmd := exec.CommandContext(ctx, filepath.Join(d.deploy, "build-image"), "--binary", s.bin, "--tag", chaosImage, "--quiet")
 	if out, err := bcmd.CombinedOutput(); err != nil {
-		return nil, fs, fmt.Errorf("docker build: %w: %s", err, out)
-	}
-	tokens, err := harness.NewTokens()
-	if err != nil {
-		return nil, fs, err
-	}
-	for _, n := range dockerNodes {
-		if err := harness.WriteTokens(filepath.Join(dir, "data", n.name, "control", "tokens.json"), tokens); err != nil {
-			return nil, fs, err
-		}
+		return nil, fs, fmt.Errorf("deploy/build-image: %w: %s", err, out)
 	}
 	_, _ = d.compose(context.WithoutCancel(ctx), "down", "-v", "--remove-orphans")
 	defer func() {
@@ -126,6 +108,11 @@ func (s *suite) runDocker(ctx context.Context, sc scenario, dir string, mon *lea
 			return nil, fs, err
 		}
 		d.ids = append(d.ids, strings.TrimSpace(out))
+	}
+	// compose drew the cluster tokens at bring-up, in its tokens volume.
+	tokens, err := containerTokens(ctx, d.ids[0])
+	if err != nil {
+		return nil, fs, err
 	}
 	var names, urls []string
 	for _, n := range dockerNodes {
@@ -213,4 +200,24 @@ func staticELF(path string) error {
 		}
 	}
 	return nil
+}
+
+// containerTokens reads the cluster tokens compose's init-tokens service
+// drew, from the tokens volume every candidate mounts.
+func containerTokens(ctx context.Context, id string) (wire.TokensFile, error) {
+	var t wire.TokensFile
+	const path = "/var/lib/elanous/control/tokens.json"
+	cmd := exec.CommandContext(ctx, "docker", "cp", id+":"+path, "-")
+	out, err := cmd.Output()
+	if err != nil {
+		return t, fmt.Errorf("docker cp %s: %w", path, err)
+	}
+	tr := tar.NewReader(bytes.NewReader(out))
+	if _, err := tr.Next(); err != nil {
+		return t, fmt.Errorf("docker cp %s: %w", path, err)
+	}
+	if err := json.NewDecoder(tr).Decode(&t); err != nil {
+		return t, fmt.Errorf("decode %s: %w", path, err)
+	}
+	return t, nil
 }

@@ -1,0 +1,179 @@
+package cluster
+
+import (
+	"sync"
+	"time"
+
+	gometrics "github.com/hashicorp/go-metrics/compat"
+	gmprometheus "github.com/hashicorp/go-metrics/compat/prometheus"
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// applyStats are the node's proposal figures. The zero value is ready: the
+// metrics are made on first use.
+type applyStats struct {
+	once     sync.Once
+	duration prometheus.Histogram
+	failures prometheus.Counter
+}
+
+func (s *applyStats) init() {
+	s.once.Do(func() {
+		s.duration = prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "elanous_propose_duration_seconds",
+			Help: "Time from handing a command to Raft until this node applied it, for commands Raft committed.",
+			// A commit on a LAN takes about a millisecond; a proposal gives up at 10 s.
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		})
+		s.failures = prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "elanous_propose_failures_total",
+			Help: "Commands Raft refused or lost (not leader, leadership lost, shutdown, timeout).",
+		})
+	})
+}
+
+// observeApply records one proposal that Raft answered after d: its latency
+// when it committed, a failure otherwise.
+func (n *Node) observeApply(d time.Duration, err error) {
+	n.stats.init()
+	if err != nil {
+		n.stats.failures.Inc()
+		return
+	}
+	n.stats.duration.Observe(d.Seconds())
+}
+
+var (
+	descLastContact = prometheus.NewDesc("elanous_raft_last_contact_seconds",
+		"Seconds since this follower last heard from a leader; absent on the leader and on a node that never heard from one.", nil, nil)
+	descSweepOverdue = prometheus.NewDesc("elanous_sweep_overdue_seconds",
+		"On the leader once its claim is applied: how long the earliest TTL is past due and not yet swept (0 when none is); absent elsewhere.", nil, nil)
+	descVoters = prometheus.NewDesc("elanous_raft_voters",
+		"Voters in the Raft configuration as this node knows it.", nil, nil)
+	descVoter = prometheus.NewDesc("elanous_raft_voter",
+		"1 when this node is a voter in the Raft configuration it knows.", nil, nil)
+)
+
+// Collector returns the node's own Prometheus figures:
+// elanous_propose_duration_seconds (histogram), elanous_propose_failures_total,
+// elanous_raft_last_contact_seconds, elanous_sweep_overdue_seconds,
+// elanous_raft_voters and elanous_raft_voter. A figure that does not apply
+// to this node now (last contact on the leader, sweep lateness on a
+// follower) is absent, never a sentinel value. Register it on one registry
+// per node; raft's own metrics come from RaftMetrics.
+func (n *Node) Collector() prometheus.Collector {
+	n.stats.init()
+	return nodeCollector{n}
+}
+
+type nodeCollector struct{ n *Node }
+
+// Describe sends every descriptor the collector may use.
+func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.n.stats.duration.Desc()
+	ch <- c.n.stats.failures.Desc()
+	ch <- descLastContact
+	ch <- descSweepOverdue
+	ch <- descVoters
+	ch <- descVoter
+}
+
+// Collect sends the figures that apply now.
+func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	n := c.n
+	ch <- n.stats.duration
+	ch <- n.stats.failures
+	if !n.IsLeader() {
+		if last := n.raft.LastContact(); !last.IsZero() {
+			ch <- prometheus.MustNewConstMetric(descLastContact, prometheus.GaugeValue, time.Since(last).Seconds())
+		}
+	}
+	if late, ok := n.sweepOverdue(); ok {
+		ch <- prometheus.MustNewConstMetric(descSweepOverdue, prometheus.GaugeValue, late.Seconds())
+	}
+	voters, self := 0, 0.0
+	for _, s := range n.raft.GetConfiguration().Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			voters++
+			if string(s.ID) == n.cfg.ID {
+				self = 1
+			}
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(descVoters, prometheus.GaugeValue, float64(voters))
+	ch <- prometheus.MustNewConstMetric(descVoter, prometheus.GaugeValue, self)
+}
+
+// sweepOverdue reports, on a leader whose claim is applied, how long the
+// earliest expiry is past due in cluster time (0 when nothing is due). The
+// leader sweeps at each due expiry, so a lateness that keeps growing means
+// its sweeps fail. ok is false on any other node.
+func (n *Node) sweepOverdue() (late time.Duration, ok bool) {
+	n.mu.Lock()
+	l := n.lead
+	n.mu.Unlock()
+	if l == nil || !l.isReady() {
+		return 0, false
+	}
+	next, live := n.fsm.NextExpiry()
+	if !live {
+		return 0, true
+	}
+	return max(0, time.Duration(l.now()-next)*time.Millisecond), true
+}
+
+// raftSink is the process's hashicorp/go-metrics sink. go-metrics keeps one
+// global sink that every raft instance in the process writes to, so it is
+// installed once, whatever the number of nodes (dev runs three).
+var raftSink struct {
+	once sync.Once
+	sink *gmprometheus.PrometheusSink
+}
+
+// RaftMetrics returns raft's own metrics as a Prometheus collector: the
+// hashicorp/go-metrics Prometheus sink, installed on first call as
+// go-metrics' global sink (raft and raft-boltdb write only there). Names are
+// raft's keys joined by "_" (raft.commitTime is raft_commitTime); timings
+// are summaries in milliseconds, as raft measures them. Per-follower
+// replication series carry a peer_id label; raft's older copies of them with
+// the peer in the name are dropped. Series not updated for a minute are
+// removed (a former leader's replication series, for instance).
+//
+// The sink belongs to the process, not to a node: where several nodes run in
+// one process (dev, tests) every node's registry shows their combined
+// figures. Registering the collector on any number of registries is safe;
+// it is never registered on prometheus' global registry.
+func RaftMetrics() prometheus.Collector {
+	raftSink.once.Do(func() {
+		// NewPrometheusSinkFrom fails only when its Registerer refuses the
+		// sink; discardRegisterer never does, and keeps the sink off
+		// prometheus' global registry.
+		sink, _ := gmprometheus.NewPrometheusSinkFrom(gmprometheus.PrometheusOpts{
+			Expiration: time.Minute,
+			Name:       "elanous_raft_metrics_sink",
+			Registerer: discardRegisterer{},
+		})
+		conf := gometrics.DefaultConfig("")
+		conf.EnableHostname = false
+		conf.EnableHostnameLabel = false
+		conf.EnableRuntimeMetrics = false
+		conf.EnableServiceLabel = false
+		conf.BlockedPrefixes = []string{
+			"raft.replication.appendEntries.rpc.",
+			"raft.replication.appendEntries.logs.",
+			"raft.replication.heartbeat.",
+			"raft.replication.installSnapshot.",
+		}
+		_, _ = gometrics.NewGlobal(conf, sink) // go-metrics' New returns no error
+		raftSink.sink = sink
+	})
+	return raftSink.sink
+}
+
+// discardRegisterer accepts every collector and keeps none.
+type discardRegisterer struct{}
+
+func (discardRegisterer) Register(prometheus.Collector) error  { return nil }
+func (discardRegisterer) MustRegister(...prometheus.Collector) {}
+func (discardRegisterer) Unregister(prometheus.Collector) bool { return false }

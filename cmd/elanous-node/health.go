@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+func newHealthCmd() *cobra.Command {
+	var (
+		url     string
+		ready   bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "health [--ready] [--url URL]",
+		Short: "Exit 0 if this node's API answers /v1/health (or /v1/ready), 1 if not: for healthchecks",
+		Long: `Ask this node's API whether it is healthy: GET /v1/health, or /v1/ready with
+--ready (a leader is known and its claim applied here). Exit status 0 on 200,
+1 otherwise, with the reason on stderr. No token is needed.
+
+The node is --url, else http://<http.addr> from the configuration (--config,
+ELANOUS_HTTP_ADDR), with an unspecified host (0.0.0.0, ::) replaced by
+loopback. A FROM scratch image has no curl: deploy/Dockerfile's HEALTHCHECK
+runs "elanous-node health --ready".`,
+		Example: `  elanous-node health --config /etc/elanous/elanous.yaml --ready
+  elanous-node health --url http://10.0.0.1:31413`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			base := url
+			if base == "" {
+				cfg, err := loadCommandConfig(cmd)
+				if err != nil {
+					return err
+				}
+				// TLS: once the API can serve HTTPS, the scheme (and the CA
+				// to trust) comes from the configuration here.
+				base = "http://" + loopbackAddr(cfg.HTTP.Addr)
+			}
+			path := "/v1/health"
+			if ready {
+				path = "/v1/ready"
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			target := strings.TrimSuffix(base, "/") + path
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+			if err != nil {
+				return fmt.Errorf("health check: %w", err)
+			}
+			resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Do(req)
+			if err != nil {
+				return fmt.Errorf("health check: %w", err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("GET %s: %s %s", target, resp.Status, strings.TrimSpace(string(body)))
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&url, "url", "", "the node's API origin (default: http://<http.addr> from the configuration)")
+	fs.BoolVar(&ready, "ready", false, "check /v1/ready instead of /v1/health")
+	fs.DurationVar(&timeout, "timeout", 3*time.Second, "give up after this long")
+	return cmd
+}
+
+// loopbackAddr turns a listen address into one to dial on this host: an
+// unspecified host (empty, 0.0.0.0, ::) becomes 127.0.0.1 or ::1.
+func loopbackAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	switch ip := net.ParseIP(host); {
+	case host == "" || (ip != nil && ip.Equal(net.IPv4zero)):
+		host = "127.0.0.1"
+	case ip != nil && ip.IsUnspecified():
+		host = "::1"
+	}
+	return net.JoinHostPort(host, port)
+}
