@@ -78,6 +78,9 @@ func New(d Deps) *Server {
 		registry:      d.Registry,
 	}
 	s.metrics = newMetrics(d.Registry, d.Node)
+	if d.Node != nil {
+		d.Node.SetFormatProbe(s.probeFormat)
+	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.errorHandler

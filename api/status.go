@@ -32,7 +32,7 @@ func (s *Server) primary() wire.Primary {
 }
 
 func (s *Server) getHealth(c echo.Context) error {
-	return c.JSON(http.StatusOK, map[string]string{"status": "ok", "machine": s.node.ID()})
+	return c.JSON(http.StatusOK, health{Status: "ok", Machine: s.node.ID(), FormatLevel: formatLevel})
 }
 
 // getReady is 200 once a leader is known and its claim is applied here.

@@ -95,7 +95,7 @@ func (c *Cluster) nodeConfig(i int, trans raft.Transport) cluster.Config {
 		DataDir: c.Nodes[i].DataDir, Transport: trans,
 		HeartbeatTimeout: c.opts.Timeout, ElectionTimeout: c.opts.Timeout,
 		LeaderLeaseTimeout: c.opts.Timeout / 2, CommitTimeout: 5 * time.Millisecond,
-		SweepInterval: c.opts.Sweep,
+		SweepInterval: c.opts.Sweep, FormatCheckInterval: 200 * time.Millisecond,
 	}
 }
 

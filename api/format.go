@@ -1,0 +1,51 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/elanous/elanous-node/cluster"
+	"github.com/elanous/elanous-node/fsm"
+)
+
+// health is the body of GET /v1/health. FormatLevel is the highest format
+// level this build knows (fsm.MaxFormat): a leader raises the cluster's level
+// only once every server reports at least that level. A build that does not
+// report one knows level 1.
+type health struct {
+	Status      string `json:"status"`
+	Machine     string `json:"machine"`
+	FormatLevel int    `json:"formatLevel"`
+}
+
+// probeFormat asks candidate c's /v1/health which format level its build
+// knows, over the forwarding client. It is the cluster's FormatProbe.
+func (s *Server) probeFormat(ctx context.Context, c cluster.Candidate) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(c.URL, "/")+"/v1/health", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("ask %s for its format level: %w", c.Machine, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("ask %s for its format level: %s", c.Machine, resp.Status)
+	}
+	var h health
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&h); err != nil {
+		return 0, fmt.Errorf("ask %s for its format level: %w", c.Machine, err)
+	}
+	if h.FormatLevel < 1 {
+		return 1, nil
+	}
+	return h.FormatLevel, nil
+}
+
+// formatLevel is this build's highest format level.
+const formatLevel = fsm.MaxFormat
