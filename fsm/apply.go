@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/elanous/elanous-node/api/wire"
@@ -68,7 +71,12 @@ func applyOne(table map[CommandType]commandSpec, st *state, cmd Command, term, i
 	if !sp.ownClock {
 		a.now = max(cmd.header().Now, st.lastNow)
 	}
-	result := sp.apply(&a, cmd)
+	var result any
+	if err := a.authorized(cmd); err != nil {
+		result = err
+	} else {
+		result = sp.apply(&a, cmd)
+	}
 	// Time moves with every applied command, failed ones included (records do
 	// not change, but lastNow does): within a generation a.now >= lastNow, and
 	// only a successful claim may move it back.
@@ -110,6 +118,24 @@ func (a *applier) batch(b Batch) any {
 	}
 	a.now = a.st.lastNow
 	return res
+}
+
+// authorized refuses (format 2) a command whose machine token was revoked or
+// re-issued since the API authenticated it: the command names the token's
+// SHA-256, and the machine's token must still be that one.
+func (a *applier) authorized(cmd Command) error {
+	cc, ok := cmd.(callerCommand)
+	if !ok || a.st.format < 2 {
+		return nil
+	}
+	c := cc.caller()
+	if c.Machine == "" {
+		return nil
+	}
+	if t, ok := a.st.tokens[c.Machine]; !ok || c.TokenSHA256 == "" || t.SHA256 != c.TokenSHA256 {
+		return fmt.Errorf("%w: machine %q", ErrTokenRevoked, c.Machine)
+	}
+	return nil
 }
 
 // setFormat raises the format level to c.Level, which this build must know.
@@ -183,11 +209,20 @@ func (a *applier) register(c RegisterResource) any {
 		return fmt.Errorf("%w: token of machine %q cannot register for %q", ErrForbidden, c.Caller.Machine, c.Machine)
 	}
 	registeredAt := a.now
-	if old, ok := a.st.resource(c.ID); ok && a.live(old.ExpiresAt) {
+	old, exists := a.st.resource(c.ID)
+	if exists && a.live(old.ExpiresAt) {
 		if c.Caller.Machine != "" && old.Machine != c.Caller.Machine {
 			return fmt.Errorf("%w: resource %q belongs to machine %q", ErrForbidden, c.ID, old.Machine)
 		}
 		registeredAt = old.RegisteredAt
+	}
+	if a.st.format >= 2 {
+		if err := checkMachineID(c.ID, c.Kind, c.Machine); err != nil {
+			return err
+		}
+		if err := a.resourceQuota(c.Machine, old, exists); err != nil {
+			return err
+		}
 	}
 	attrs := maps.Clone(c.Attrs)
 	if attrs == nil {
@@ -201,6 +236,38 @@ func (a *applier) register(c RegisterResource) any {
 	a.st.putResource(r)
 	a.touched[TableResources] = true
 	return *r
+}
+
+// checkMachineID enforces (format 2) that a machine's record is the one id
+// "machine:<machine>": kind machine has exactly that id, and an id of that
+// form belongs to kind machine of that machine. Without it a member could
+// register another machine's id and keep it alive (id squatting).
+func checkMachineID(id, kind, machine string) error {
+	name, isMachineID := strings.CutPrefix(id, "machine:")
+	switch {
+	case kind == "machine" && (!isMachineID || name != machine):
+		return fmt.Errorf("%w: a machine resource has the id \"machine:%s\", not %q", ErrInvalidCommand, machine, id)
+	case isMachineID && kind != "machine":
+		return fmt.Errorf("%w: the id %q is a machine's; kind %q cannot use it", ErrInvalidCommand, id, kind)
+	}
+	return nil
+}
+
+// resourceQuota refuses (format 2) a register that would add a resource past
+// the machine's or the cluster's limit. Replacing a record of the same
+// machine adds nothing.
+func (a *applier) resourceQuota(machine string, old *Resource, exists bool) error {
+	if exists && old.Machine == machine {
+		return nil
+	}
+	lim := a.st.limits.EffectiveLimits()
+	if n := a.st.resPerMachine[machine]; n >= lim.ResourcesPerMachine {
+		return fmt.Errorf("%w: machine %q already has %d resources (limit resourcesPerMachine %d)", ErrQuotaExceeded, machine, n, lim.ResourcesPerMachine)
+	}
+	if n := a.st.resources.Len(); !exists && n >= lim.Resources {
+		return fmt.Errorf("%w: the cluster holds %d resources (limit resources %d)", ErrQuotaExceeded, n, lim.Resources)
+	}
+	return nil
 }
 
 // liveResource finds a live resource the caller may change.
@@ -283,6 +350,15 @@ func (a *applier) acquire(c AcquireLease) any {
 	if !ok {
 		return fmt.Errorf("%w: no free port in %d-%d", ErrBandExhausted, c.BandStart, c.BandEnd)
 	}
+	if a.st.format >= 2 {
+		held := a.st.leasePerMachine[c.Machine]
+		if old, ok := a.st.leases[port]; ok && old.Machine == c.Machine {
+			held-- // the due lease this grant replaces
+		}
+		if limit := a.st.limits.leasesPerMachine(c.BandStart, c.BandEnd); held >= limit {
+			return fmt.Errorf("%w: machine %q holds %d port leases (limit leasesPerMachine %d)", ErrQuotaExceeded, c.Machine, held, limit)
+		}
+	}
 	ttl := min(c.TTLMs, wire.MaxLeaseTTLMs)
 	l := PortLease{
 		ID: fmt.Sprintf("port-lease:%d", port), Port: port, LeaseID: c.LeaseID,
@@ -294,6 +370,13 @@ func (a *applier) acquire(c AcquireLease) any {
 	if c.IdempotencyKey != "" {
 		k := idemKey(c.Caller.Owner, c.IdempotencyKey)
 		a.st.putIdem(idemRecord{Key: k, Port: port, LeaseID: c.LeaseID, Until: a.now + IdempotencyRetentionMs})
+		if a.st.format >= 2 {
+			// Bounded memory: past the limit the keys that end first go first.
+			for limit := a.st.limits.EffectiveLimits().IdempotencyKeys; len(a.st.idem) > limit; {
+				e, _ := a.st.idemExpiry.Min()
+				a.st.deleteIdem(e.key)
+			}
+		}
 	}
 	a.touched[TableLeases] = true
 	return l
@@ -417,4 +500,66 @@ func (a *applier) sweep(Sweep) any {
 	slices.Sort(res.Resources)
 	slices.Sort(res.Leases)
 	return res
+}
+
+// putCandidate adds or updates an entry of the candidate directory (format 2).
+func (a *applier) putCandidate(c PutCandidate) any {
+	if a.st.format < 2 {
+		return fmt.Errorf("%w: the candidate directory needs format 2 (the cluster is at %d)", ErrInvalidCommand, a.st.format)
+	}
+	cand := c.Candidate
+	if err := validCandidate(cand); err != nil {
+		return err
+	}
+	if old, ok := a.st.candidates[cand.Machine]; ok {
+		cand.AddedAt = old.AddedAt
+	} else {
+		cand.AddedAt = a.now
+	}
+	a.st.candidates[cand.Machine] = cand
+	a.touched[TableCandidates] = true
+	return cand
+}
+
+// validCandidate checks a directory entry: a candidate name, a URL that is
+// an origin already in normal form, and a raft host:port.
+func validCandidate(c Candidate) error {
+	if !wire.ValidCandidate(c.Machine) {
+		return fmt.Errorf("%w: candidate %q must match %s", ErrInvalidCommand, c.Machine, wire.CandidatePatternText)
+	}
+	if origin, err := wire.ParseOrigin(c.URL); err != nil || origin != c.URL {
+		return fmt.Errorf("%w: candidate url %q must be an http(s) origin in normal form", ErrInvalidCommand, c.URL)
+	}
+	host, port, err := net.SplitHostPort(c.Raft)
+	if n, perr := strconv.Atoi(port); err != nil || perr != nil || host == "" || n < 1 || n > 65535 {
+		return fmt.Errorf("%w: candidate raft address %q must be host:port", ErrInvalidCommand, c.Raft)
+	}
+	return nil
+}
+
+// removeCandidate removes an entry of the candidate directory (format 2).
+func (a *applier) removeCandidate(c RemoveCandidate) any {
+	if a.st.format < 2 {
+		return fmt.Errorf("%w: the candidate directory needs format 2 (the cluster is at %d)", ErrInvalidCommand, a.st.format)
+	}
+	if _, ok := a.st.candidates[c.Machine]; !ok {
+		return fmt.Errorf("candidate %q: %w", c.Machine, ErrNotFound)
+	}
+	delete(a.st.candidates, c.Machine)
+	a.touched[TableCandidates] = true
+	return nil
+}
+
+// setLimits replaces the abuse limits (format 2). A limit below what the
+// state holds already refuses new records; it removes nothing.
+func (a *applier) setLimits(c SetLimits) any {
+	if a.st.format < 2 {
+		return fmt.Errorf("%w: limits need format 2 (the cluster is at %d)", ErrInvalidCommand, a.st.format)
+	}
+	l := c.Limits
+	if l.ResourcesPerMachine < 0 || l.LeasesPerMachine < 0 || l.Resources < 0 || l.IdempotencyKeys < 0 {
+		return fmt.Errorf("%w: limits must not be negative: %+v", ErrInvalidCommand, l)
+	}
+	a.st.limits = l
+	return l.EffectiveLimits()
 }

@@ -30,6 +30,9 @@ const (
 	SweepType             CommandType = 10
 	BatchType             CommandType = 11
 	SetFormatType         CommandType = 12
+	PutCandidateType      CommandType = 13
+	RemoveCandidateType   CommandType = 14
+	SetLimitsType         CommandType = 15
 )
 
 // Command is a state change proposed through Raft. Every command embeds a
@@ -60,6 +63,10 @@ type Caller struct {
 	Owner   string `json:"owner"`
 	Machine string `json:"machine,omitempty"`
 	Admin   bool   `json:"admin,omitempty"`
+	// TokenSHA256 is the SHA-256 of the machine token that authorised the
+	// command (format 2). Apply refuses the command with ErrTokenRevoked when
+	// the machine's token is no longer that one.
+	TokenSHA256 string `json:"tokenSha256,omitempty"`
 }
 
 // RegisterResource creates or replaces a resource (upsert).
@@ -184,6 +191,24 @@ type SetFormat struct {
 	Level int `json:"level"`
 }
 
+// PutCandidate adds or updates an entry of the candidate directory (format 2).
+type PutCandidate struct {
+	Header
+	Candidate Candidate `json:"candidate"`
+}
+
+// RemoveCandidate removes an entry of the candidate directory (format 2).
+type RemoveCandidate struct {
+	Header
+	Machine string `json:"machine"`
+}
+
+// SetLimits replaces the cluster's abuse limits (format 2).
+type SetLimits struct {
+	Header
+	Limits Limits `json:"limits"`
+}
+
 // NewBatch encodes cmds into a Batch stamped at now. It refuses what a batch
 // may not hold.
 func NewBatch(now int64, cmds []Command) (Batch, error) {
@@ -211,7 +236,7 @@ func NewBatch(now int64, cmds []Command) (Batch, error) {
 // batchable reports whether a command of type t may be part of a batch.
 func batchable(table map[CommandType]commandSpec, t CommandType) error {
 	switch t {
-	case ClaimPrimaryType, SweepType, BatchType, SetFormatType:
+	case ClaimPrimaryType, SweepType, BatchType, SetFormatType, PutCandidateType, RemoveCandidateType, SetLimitsType:
 		return fmt.Errorf("%w: a %s cannot be part of a batch", ErrInvalidCommand, table[t].name)
 	}
 	if _, ok := table[t]; !ok {
@@ -233,6 +258,19 @@ func (ClaimPrimary) Type() CommandType      { return ClaimPrimaryType }
 func (Sweep) Type() CommandType             { return SweepType }
 func (Batch) Type() CommandType             { return BatchType }
 func (SetFormat) Type() CommandType         { return SetFormatType }
+func (PutCandidate) Type() CommandType      { return PutCandidateType }
+func (RemoveCandidate) Type() CommandType   { return RemoveCandidateType }
+func (SetLimits) Type() CommandType         { return SetLimitsType }
+
+// callerCommand is a command an authenticated caller proposed.
+type callerCommand interface{ caller() Caller }
+
+func (c RegisterResource) caller() Caller  { return c.Caller }
+func (c HeartbeatResource) caller() Caller { return c.Caller }
+func (c DeleteResource) caller() Caller    { return c.Caller }
+func (c AcquireLease) caller() Caller      { return c.Caller }
+func (c RenewLease) caller() Caller        { return c.Caller }
+func (c ReleaseLease) caller() Caller      { return c.Caller }
 
 // Encode returns the log entry for cmd: its type byte then its JSON body.
 // The body is compact JSON without HTML escaping, so attrs enter the log as

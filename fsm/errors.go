@@ -34,4 +34,12 @@ var (
 	// ErrBandExhausted is returned by AcquireLease when every port of the band
 	// is leased or excluded. Maps to 409 port-band-exhausted.
 	ErrBandExhausted = errors.New("port band exhausted")
+	// ErrQuotaExceeded is returned (format 2) by a register or an acquire
+	// that would pass one of the cluster's Limits; the message names the
+	// limit. Maps to 429 quota-exceeded.
+	ErrQuotaExceeded = errors.New("quota exceeded")
+	// ErrTokenRevoked is returned (format 2) by a command whose machine token
+	// was revoked or re-issued after the API authenticated it and before the
+	// command was applied. Maps to 401.
+	ErrTokenRevoked = errors.New("the machine token was revoked or re-issued")
 )

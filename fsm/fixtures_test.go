@@ -104,8 +104,27 @@ func fixtureLog(t *testing.T) []fixtureEntry {
 	add(ClaimPrimary{Header: Header{Now: t0 - 3_600_000}, Holder: "node-b", GraceMs: 1000})
 	add(HeartbeatResource{Header: Header{Now: t0 - 3_590_000}, Caller: mbpCaller, ID: "machine:mbp"})
 	add(Sweep{Header: Header{Now: t0 - 3_580_000}})
-	// Format 2: the level is raised, then commands share entries.
+	// Format 2: the level is raised, then commands share entries, the
+	// directory and the limits are set, quotas and revoked tokens refuse.
 	add(SetFormat{Header: Header{Now: t0 - 3_570_000}, Level: 2})
+	add(PutCandidate{Header: Header{Now: t0 - 3_569_000}, Candidate: Candidate{Machine: "node-a", URL: "https://10.0.0.1:31413", Raft: "10.0.0.1:31412", Voter: true}})
+	add(PutCandidate{Header: Header{Now: t0 - 3_569_000}, Candidate: Candidate{Machine: "node-b", URL: "https://10.0.0.2:31413", Raft: "10.0.0.2:31412", Voter: true}})
+	add(PutCandidate{Header: Header{Now: t0 - 3_569_000}, Candidate: Candidate{Machine: "node-d", URL: "https://10.0.0.4:31413", Raft: "10.0.0.4:31412"}})
+	add(RemoveCandidate{Header: Header{Now: t0 - 3_568_000}, Machine: "node-d"})
+	add(SetLimits{Header: Header{Now: t0 - 3_567_000}, Limits: Limits{ResourcesPerMachine: 2, LeasesPerMachine: 1, IdempotencyKeys: 1}})
+	squat := registerCmd(t0-3_566_000, memberCaller, "machine:other", "mbp") // a machine id naming another machine
+	add(squat)
+	mbpToken := mbpCaller
+	mbpToken.TokenSHA256 = tokenSumOne
+	add(registerCmd(t0-3_566_000, mbpToken, "instance:mbp/2", "mbp"))            // mbp's third resource: over its quota of 2
+	add(HeartbeatResource{Header: Header{Now: t0 - 3_566_000}, Caller: mbpCaller, ID: "machine:mbp"}) // no token hash: refused
+	add(HeartbeatResource{Header: Header{Now: t0 - 3_566_000}, Caller: mbpToken, ID: "machine:mbp"})
+	idemA := acquireCmd(t0-3_565_000, otherCaller, "0a1b2c3d-0000-4000-8000-000000000005")
+	idemA.IdempotencyKey = "idem-a"
+	add(idemA)
+	idemB := acquireCmd(t0-3_564_000, memberCaller, "0a1b2c3d-0000-4000-8000-000000000006")
+	idemB.Machine, idemB.IdempotencyKey = "other-machine", "idem-b" // past the bound of 1 key: the oldest goes
+	add(idemB)
 	batch := mustBatch(t0-3_560_000,
 		registerCmd(t0-3_560_010, memberCaller, "machine:batched", "batched"),
 		HeartbeatResource{Header: Header{Now: t0 - 3_560_005}, Caller: mbpCaller, ID: "instance:mbp/1"},

@@ -39,6 +39,9 @@ func sampleCommands() []Command {
 		Sweep{Header: Header{Now: t0 + 8}},
 		mustBatch(t0+9, reg, HeartbeatResource{Header: Header{Now: t0 + 9}, Caller: mbpCaller, ID: "instance:mbp/1"}),
 		SetFormat{Header: Header{Now: t0 + 10}, Level: 2},
+		PutCandidate{Header: Header{Now: t0 + 11}, Candidate: Candidate{Machine: "node-d", URL: "https://10.0.0.4:31413", Raft: "10.0.0.4:31412"}},
+		RemoveCandidate{Header: Header{Now: t0 + 12}, Machine: "node-d"},
+		SetLimits{Header: Header{Now: t0 + 13}, Limits: Limits{ResourcesPerMachine: 8, LeasesPerMachine: 2}},
 	}
 }
 

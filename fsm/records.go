@@ -70,14 +70,86 @@ const (
 	TableLeases
 	TableTokens
 	TablePrimary
+	TableCandidates // format 2
 	numTables
 )
 
+// tablesAt is how many tables a snapshot of format level f records indexes
+// for: the candidate directory came with format 2.
+func tablesAt(format int) int {
+	if format < 2 {
+		return int(TableCandidates)
+	}
+	return int(numTables)
+}
+
 // Counts sums the tables.
 type Counts struct {
-	Resources int `json:"resources"`
-	Leases    int `json:"leases"`
-	Tokens    int `json:"tokens"`
+	Resources  int `json:"resources"`
+	Leases     int `json:"leases"`
+	Tokens     int `json:"tokens"`
+	Candidates int `json:"candidates"`
+}
+
+// Candidate is an entry of the replicated candidate directory (format 2): a
+// server of the cluster, how members and peers reach it, and whether it votes.
+// The directory follows the Raft configuration (package cluster keeps them
+// in step) so that every node forwards to, and /v1/primary answers with, the
+// current servers without a configuration edit.
+type Candidate struct {
+	Machine string `json:"machine"`
+	URL     string `json:"url"`
+	Raft    string `json:"raft"`
+	Voter   bool   `json:"voter"`
+	AddedAt int64  `json:"addedAt"`
+}
+
+// Limits are the cluster's abuse limits, replicated so that every replica
+// refuses exactly the same commands (format 2). A zero field takes its
+// default (see EffectiveLimits).
+type Limits struct {
+	// ResourcesPerMachine bounds the resources whose machine is one name.
+	ResourcesPerMachine int `json:"resourcesPerMachine,omitempty"`
+	// LeasesPerMachine bounds the port leases one machine holds; 0 means a
+	// quarter of the band an acquire draws from.
+	LeasesPerMachine int `json:"leasesPerMachine,omitempty"`
+	// Resources bounds the resources of the whole cluster.
+	Resources int `json:"resources,omitempty"`
+	// IdempotencyKeys bounds the remembered Idempotency-Keys; past it the
+	// oldest are forgotten first.
+	IdempotencyKeys int `json:"idempotencyKeys,omitempty"`
+}
+
+// Default limits: far above what a fleet of 10,000 members needs (each
+// registers a machine and an instance or two and holds a few leases), far
+// below what would exhaust a replica's memory.
+const (
+	DefaultResourcesPerMachine = 1024
+	DefaultResources           = 250_000
+	DefaultIdempotencyKeys     = 100_000
+)
+
+// EffectiveLimits returns l with every zero field at its default; a zero
+// LeasesPerMachine stays zero (a quarter of the band, decided per acquire).
+func (l Limits) EffectiveLimits() Limits {
+	if l.ResourcesPerMachine == 0 {
+		l.ResourcesPerMachine = DefaultResourcesPerMachine
+	}
+	if l.Resources == 0 {
+		l.Resources = DefaultResources
+	}
+	if l.IdempotencyKeys == 0 {
+		l.IdempotencyKeys = DefaultIdempotencyKeys
+	}
+	return l
+}
+
+// leasesPerMachine is the lease limit for an acquire from [start, end].
+func (l Limits) leasesPerMachine(start, end int) int {
+	if l.LeasesPerMachine > 0 {
+		return l.LeasesPerMachine
+	}
+	return max(1, (end-start+1)/4)
 }
 
 // IdempotencyRetentionMs is how long an acquire's Idempotency-Key is

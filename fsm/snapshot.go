@@ -19,8 +19,12 @@ import (
 // refuses any other. ARCHITECTURE.md, "Versioned formats", says when a level
 // is added.
 //
-// Format 1 is the first release. Format 2 adds the Batch and SetFormat
-// command types; its document is format 1's with version 2.
+// Format 1 is the first release. Format 2 adds group commit (Batch), format
+// levels (SetFormat), the candidate directory (PutCandidate, RemoveCandidate,
+// a fifth table index), abuse limits (SetLimits, quotas in register and
+// acquire, a bound on remembered Idempotency-Keys), machine ids that name
+// their machine, and commands that name the machine token behind them; its
+// document adds "candidates" and "limits".
 const MaxFormat = 2
 
 // SnapshotVersion is the newest snapshot document version this build writes
@@ -40,6 +44,10 @@ type document struct {
 	Indexes   []uint64      `json:"indexes"`
 	// Idempotency holds the remembered Idempotency-Keys, sorted by key.
 	Idempotency []idemRecord `json:"idempotency,omitempty"`
+	// Candidates is the candidate directory, sorted by machine (format 2).
+	Candidates []Candidate `json:"candidates,omitempty"`
+	// Limits are the abuse limits as set (format 2).
+	Limits Limits `json:"limits"`
 	// Applied is the FSM's last applied index when the snapshot was taken. It
 	// is zero, and so absent, in the document Hash encodes.
 	Applied uint64 `json:"applied,omitempty"`
@@ -59,6 +67,8 @@ type view struct {
 	leases    []PortLease
 	tokens    []MemberToken
 	idem      []idemRecord
+	cands     []Candidate
+	limits    Limits
 	primary   Primary
 	format    int
 	lastNow   int64
@@ -77,6 +87,8 @@ func (f *FSM) view() (view, uint64) {
 		leases:    st.sortedLeases(),
 		tokens:    st.sortedTokens(),
 		idem:      st.sortedIdem(),
+		cands:     st.sortedCandidates(),
+		limits:    st.limits,
 		primary:   st.primary,
 		format:    st.format,
 		lastNow:   st.lastNow,
@@ -136,10 +148,16 @@ func (v view) write(out io.Writer, applied uint64) error {
 	put(`,"primary":`)
 	value(v.primary)
 	put(`,"lastNow":` + strconv.FormatInt(v.lastNow, 10) + `,"indexes":`)
-	value(v.indexes[:])
+	value(v.indexes[:tablesAt(v.format)])
 	if len(v.idem) > 0 {
 		put(`,"idempotency":`)
 		list(len(v.idem), func(i int) { value(v.idem[i]) })
+	}
+	if v.format >= 2 {
+		put(`,"candidates":`)
+		list(len(v.cands), func(i int) { value(v.cands[i]) })
+		put(`,"limits":`)
+		value(v.limits)
 	}
 	if applied != 0 {
 		put(`,"applied":` + strconv.FormatUint(applied, 10))
@@ -205,6 +223,10 @@ func (doc document) state() (*state, error) {
 	for _, rec := range doc.Idempotency {
 		st.idem[rec.Key] = rec
 	}
+	for _, c := range doc.Candidates {
+		st.candidates[c.Machine] = c
+	}
+	st.limits = doc.Limits
 	st.primary = doc.Primary
 	st.lastNow = doc.LastNow
 	copy(st.indexes[:], doc.Indexes)

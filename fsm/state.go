@@ -17,22 +17,26 @@ import (
 type state struct {
 	// resources is ordered by id. Records are immutable once stored (a change
 	// stores a new *Resource), so a Clone of the tree is a consistent view.
-	resources *btree.BTreeG[*Resource]
-	leases    map[int]PortLease
-	tokens    map[string]MemberToken // by machine
-	byHash    map[string]string      // sha256 → machine, derived from tokens
-	idem      map[string]idemRecord  // owner + "/" + Idempotency-Key → the grant it made
-	primary   Primary
-	format    int               // the format level: the snapshot version, the command types in use
-	lastNow   int64             // the latest applied time (Unix ms)
-	indexes   [numTables]uint64 // log index of the last change to each table
+	resources  *btree.BTreeG[*Resource]
+	leases     map[int]PortLease
+	tokens     map[string]MemberToken // by machine
+	byHash     map[string]string      // sha256 → machine, derived from tokens
+	idem       map[string]idemRecord  // owner + "/" + Idempotency-Key → the grant it made
+	primary    Primary
+	format     int                  // the format level: the snapshot version, the command types in use
+	candidates map[string]Candidate // the candidate directory, by machine (format 2)
+	limits     Limits               // the abuse limits as set (zero fields: defaults) (format 2)
+	lastNow    int64                // the latest applied time (Unix ms)
+	indexes    [numTables]uint64    // log index of the last change to each table
 
-	resExpiry   *btree.BTreeG[expiry]    // every resource by (expiresAt, id)
-	leaseExpiry *btree.BTreeG[expiry]    // every lease by (expiresAt, port)
-	idemExpiry  *btree.BTreeG[expiry]    // every remembered key by (until, key)
-	byMachine   *btree.BTreeG[machineID] // every resource by (machine, id)
-	leaseByKey  map[string][]int         // owner/key → sorted ports of leases granted under it
-	occupied    portSet                  // ports holding a lease record, live or due
+	resExpiry       *btree.BTreeG[expiry]    // every resource by (expiresAt, id)
+	leaseExpiry     *btree.BTreeG[expiry]    // every lease by (expiresAt, port)
+	idemExpiry      *btree.BTreeG[expiry]    // every remembered key by (until, key)
+	byMachine       *btree.BTreeG[machineID] // every resource by (machine, id)
+	leaseByKey      map[string][]int         // owner/key → sorted ports of leases granted under it
+	occupied        portSet                  // ports holding a lease record, live or due
+	resPerMachine   map[string]int           // machine → resources naming it
+	leasePerMachine map[string]int           // machine → leases naming it
 }
 
 // expiry is an entry of an expiry index: when, and which record.
@@ -69,17 +73,20 @@ const btreeDegree = 32
 
 func newState() *state {
 	return &state{
-		resources:   btree.NewG(btreeDegree, lessResource),
-		leases:      map[int]PortLease{},
-		tokens:      map[string]MemberToken{},
-		byHash:      map[string]string{},
-		idem:        map[string]idemRecord{},
-		resExpiry:   btree.NewG(btreeDegree, lessExpiry),
-		leaseExpiry: btree.NewG(btreeDegree, lessExpiry),
-		idemExpiry:  btree.NewG(btreeDegree, lessExpiry),
-		byMachine:   btree.NewG(btreeDegree, lessMachineID),
-		leaseByKey:  map[string][]int{},
-		format:      1,
+		resources:       btree.NewG(btreeDegree, lessResource),
+		leases:          map[int]PortLease{},
+		tokens:          map[string]MemberToken{},
+		byHash:          map[string]string{},
+		idem:            map[string]idemRecord{},
+		resExpiry:       btree.NewG(btreeDegree, lessExpiry),
+		leaseExpiry:     btree.NewG(btreeDegree, lessExpiry),
+		idemExpiry:      btree.NewG(btreeDegree, lessExpiry),
+		byMachine:       btree.NewG(btreeDegree, lessMachineID),
+		leaseByKey:      map[string][]int{},
+		format:          1,
+		candidates:      map[string]Candidate{},
+		resPerMachine:   map[string]int{},
+		leasePerMachine: map[string]int{},
 	}
 }
 
@@ -95,6 +102,7 @@ func (st *state) putResource(r *Resource) {
 	}
 	st.resExpiry.ReplaceOrInsert(expiry{at: r.ExpiresAt, key: r.ID})
 	st.byMachine.ReplaceOrInsert(machineID{r.Machine, r.ID})
+	st.resPerMachine[r.Machine]++
 }
 
 // deleteResource removes the resource with id, if any.
@@ -107,6 +115,16 @@ func (st *state) deleteResource(id string) {
 func (st *state) unindexResource(r *Resource) {
 	st.resExpiry.Delete(expiry{at: r.ExpiresAt, key: r.ID})
 	st.byMachine.Delete(machineID{r.Machine, r.ID})
+	decrement(st.resPerMachine, r.Machine)
+}
+
+// decrement lowers m[k], forgetting k at zero.
+func decrement(m map[string]int, k string) {
+	if m[k] <= 1 {
+		delete(m, k)
+	} else {
+		m[k]--
+	}
 }
 
 // machineResources returns the ids of machine's resources, sorted.
@@ -130,6 +148,7 @@ func (st *state) putLease(l PortLease) {
 	st.leases[l.Port] = l
 	st.leaseExpiry.ReplaceOrInsert(expiry{at: l.ExpiresAt, port: l.Port})
 	st.occupied.set(l.Port)
+	st.leasePerMachine[l.Machine]++
 	if l.IdempotencyKey != "" {
 		k := idemKey(l.Owner, l.IdempotencyKey)
 		ports := st.leaseByKey[k]
@@ -149,6 +168,7 @@ func (st *state) deleteLease(port int) {
 func (st *state) unindexLease(l PortLease) {
 	st.leaseExpiry.Delete(expiry{at: l.ExpiresAt, port: l.Port})
 	st.occupied.clear(l.Port)
+	decrement(st.leasePerMachine, l.Machine)
 	if l.IdempotencyKey != "" {
 		k := idemKey(l.Owner, l.IdempotencyKey)
 		ports := st.leaseByKey[k]
@@ -208,19 +228,18 @@ func due(t *btree.BTreeG[expiry], now int64) []expiry {
 	return out
 }
 
-// nextExpiry returns the earliest expiresAt of any resource or lease.
+// nextExpiry returns the earliest time a Sweep has work: the earliest
+// expiresAt of a resource or lease, or the earliest end of a remembered
+// Idempotency-Key, so keys are pruned even when no TTL is live.
 func (st *state) nextExpiry() (int64, bool) {
-	r, rok := st.resExpiry.Min()
-	l, lok := st.leaseExpiry.Min()
-	switch {
-	case rok && lok:
-		return min(r.at, l.at), true
-	case rok:
-		return r.at, true
-	case lok:
-		return l.at, true
+	var next int64
+	found := false
+	for _, t := range []*btree.BTreeG[expiry]{st.resExpiry, st.leaseExpiry, st.idemExpiry} {
+		if e, ok := t.Min(); ok && (!found || e.at < next) {
+			next, found = e.at, true
+		}
 	}
-	return 0, false
+	return next, found
 }
 
 // anyLeaseDue reports whether a lease is due (expiresAt <= now) but not yet
@@ -239,9 +258,12 @@ func (st *state) rebuildIndexes() {
 	st.leaseByKey = map[string][]int{}
 	st.occupied = portSet{}
 	st.byHash = map[string]string{}
+	st.resPerMachine = map[string]int{}
+	st.leasePerMachine = map[string]int{}
 	st.resources.Ascend(func(r *Resource) bool {
 		st.resExpiry.ReplaceOrInsert(expiry{at: r.ExpiresAt, key: r.ID})
 		st.byMachine.ReplaceOrInsert(machineID{r.Machine, r.ID})
+		st.resPerMachine[r.Machine]++
 		return true
 	})
 	leases := st.leases
@@ -276,6 +298,16 @@ func (st *state) sortedTokens() []MemberToken {
 		out = append(out, t)
 	}
 	slices.SortFunc(out, func(a, b MemberToken) int { return cmp.Compare(a.Machine, b.Machine) })
+	return out
+}
+
+// sortedCandidates returns the candidate directory sorted by machine.
+func (st *state) sortedCandidates() []Candidate {
+	out := make([]Candidate, 0, len(st.candidates))
+	for _, c := range st.candidates {
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b Candidate) int { return cmp.Compare(a.Machine, b.Machine) })
 	return out
 }
 

@@ -61,6 +61,14 @@ func checkIndexes(t *testing.T, f *FSM, at string) {
 			next, found = l.ExpiresAt, true
 		}
 	}
+	for _, rec := range st.idem {
+		if !found || rec.Until < next {
+			next, found = rec.Until, true
+		}
+	}
+	if !reflect.DeepEqual(st.resPerMachine, want.resPerMachine) || !reflect.DeepEqual(st.leasePerMachine, want.leasePerMachine) {
+		t.Fatalf("%s: per-machine counts = %v, %v, want %v, %v", at, st.resPerMachine, st.leasePerMachine, want.resPerMachine, want.leasePerMachine)
+	}
 	if got, ok := st.nextExpiry(); got != next || ok != found {
 		t.Fatalf("%s: nextExpiry() = %d, %v, want %d, %v", at, got, ok, next, found)
 	}

@@ -59,6 +59,9 @@ var commandTable = map[CommandType]commandSpec{
 	SweepType:             define("sweep", (*applier).sweep),
 	BatchType:             define("batch", (*applier).batch),
 	SetFormatType:         define("set-format", (*applier).setFormat),
+	PutCandidateType:      define("put-candidate", (*applier).putCandidate),
+	RemoveCandidateType:   define("remove-candidate", (*applier).removeCandidate),
+	SetLimitsType:         define("set-limits", (*applier).setLimits),
 }
 
 // ownClock marks a spec whose apply function sets the cluster time itself: a

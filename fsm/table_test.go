@@ -149,6 +149,12 @@ func TestCommandTable(t *testing.T) {
 			// moves to its Now (a claim sets it).
 			h := newHarness(t)
 			h.baseline()
+			if typ != SetFormatType {
+				h.mustApply(SetFormat{Header: Header{Now: t0}, Level: MaxFormat})
+			}
+			if typ == RemoveCandidateType {
+				h.mustApply(PutCandidate{Header: Header{Now: t0}, Candidate: Candidate{Machine: "node-d", URL: "https://10.0.0.4:31413", Raft: "10.0.0.4:31412"}})
+			}
 			res := h.apply(stamped)
 			if err, isErr := res.(error); isErr && errors.Is(err, ErrInvalidCommand) {
 				t.Errorf("Apply(%s) = %v, want it applied", sp.name, err)
