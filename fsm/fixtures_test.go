@@ -116,7 +116,7 @@ func fixtureLog(t *testing.T) []fixtureEntry {
 	add(squat)
 	mbpToken := mbpCaller
 	mbpToken.TokenSHA256 = tokenSumOne
-	add(registerCmd(t0-3_566_000, mbpToken, "instance:mbp/2", "mbp"))            // mbp's third resource: over its quota of 2
+	add(registerCmd(t0-3_566_000, mbpToken, "instance:mbp/2", "mbp"))                                 // mbp's third resource: over its quota of 2
 	add(HeartbeatResource{Header: Header{Now: t0 - 3_566_000}, Caller: mbpCaller, ID: "machine:mbp"}) // no token hash: refused
 	add(HeartbeatResource{Header: Header{Now: t0 - 3_566_000}, Caller: mbpToken, ID: "machine:mbp"})
 	idemA := acquireCmd(t0-3_565_000, otherCaller, "0a1b2c3d-0000-4000-8000-000000000005")
