@@ -52,7 +52,9 @@ func TestNode_GroupCommit(t *testing.T) {
 				case 1:
 					cmd = fsm.HeartbeatResource{Caller: fsm.Caller{Owner: "o1"}, ID: id + "-missing"}
 				case 2:
-					cmd = acquire(fmt.Sprintf("owner-%02d", w), 60_000)
+					a := acquire(fmt.Sprintf("owner-%02d", w), 60_000)
+					a.Machine = fmt.Sprintf("m%02d", w) // a machine holds at most a quarter of the band
+					cmd = a
 				}
 				a, err := leader.Propose(ctx, cmd)
 				results <- outcome{id: id, applied: a, err: err}
@@ -147,10 +149,7 @@ func TestNode_FormatFollowsTheOldestServer(t *testing.T) {
 		}
 		return l, nil
 	}
-	tc := newTestCluster(t, 3, nil)
-	for _, n := range tc.nodes {
-		n.SetFormatProbe(probe)
-	}
+	tc := newTestCluster(t, 3, func(_ int, c *Config) { c.FormatProbe = probe })
 	li := tc.readyLeader()
 	leader := tc.nodes[li]
 	var wg sync.WaitGroup

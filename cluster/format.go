@@ -12,7 +12,7 @@ import (
 // knows level 1.
 type FormatProbe func(ctx context.Context, c Candidate) (int, error)
 
-// SetFormatProbe sets how the leader learns the other servers' format levels
+// SetFormatProbe replaces Config.FormatProbe: how the leader learns the other servers' format levels
 // (the API layer asks their /v1/health). Without one, every server is assumed
 // to run this build, as in a cluster of in-memory nodes.
 func (n *Node) SetFormatProbe(p FormatProbe) {

@@ -62,6 +62,9 @@ type Config struct {
 	MaxBatch int
 	// MaxInflight is how many entries the batcher keeps in flight; default 2.
 	MaxInflight int
+	// FormatProbe is how the leader learns the other servers' format levels;
+	// see SetFormatProbe.
+	FormatProbe FormatProbe
 	// FormatCheckInterval is how often a leader whose cluster is below this
 	// build's format level asks the servers for theirs; default 5s.
 	FormatCheckInterval time.Duration
@@ -155,6 +158,7 @@ func New(cfg Config) (*Node, error) {
 		log:      cfg.Logger.With("node", cfg.ID, "component", "cluster"),
 		byID:     map[string]Candidate{},
 		notifyCh: make(chan bool, 16),
+		probe:    cfg.FormatProbe,
 		stop:     make(chan struct{}),
 	}
 	for _, c := range cfg.Candidates {
