@@ -125,8 +125,10 @@ func (s *Server) require(scope Scope) echo.MiddlewareFunc {
 // forwardUnknownToken lets the leader judge a token this follower does not
 // know: a machine token issued an instant ago (201 from the leader) may not be
 // applied here yet, and must not get 401 from one candidate and 200 from
-// another. It reports whether the leader's answer was written; when the
-// leader cannot be reached the caller answers 401 itself.
+// another. The forward is the write path's: within the route's budget, and a
+// write is answered only once this node has applied it. It reports whether
+// the leader's answer was written; when the leader cannot be reached the
+// caller answers 401 itself.
 func (s *Server) forwardUnknownToken(c echo.Context) bool {
 	if c.Request().Header.Get(wire.HeaderForwarded) != "" || s.node.IsLeader() {
 		return false
@@ -134,9 +136,10 @@ func (s *Server) forwardUnknownToken(c echo.Context) bool {
 	if _, ok := s.node.Leader(); !ok {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(c.Request().Context(), budget(c))
+	deadline, _ := budgetOf(c)
+	ctx, cancel := context.WithDeadline(c.Request().Context(), deadline)
 	defer cancel()
-	err := s.forward(c, ctx)
+	err := s.forward(ctx, c)
 	if err != nil && !c.Response().Committed {
 		return false
 	}
@@ -150,8 +153,11 @@ func identity(c echo.Context) Identity {
 	return id
 }
 
-// mayRead reports whether id may see a record of machine.
-func (id Identity) mayRead(machine string) bool { return id.Machine == "" || id.Machine == machine }
+// coversMachine reports whether id may read and write the records of
+// machine: a cluster token covers every machine, a machine token only its own.
+func (id Identity) coversMachine(machine string) bool {
+	return id.Machine == "" || id.Machine == machine
+}
 
 func scopeName(s Scope) string {
 	switch s {

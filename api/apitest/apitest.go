@@ -47,6 +47,10 @@ type Options struct {
 	Nodes   int           // default 3
 	Timeout time.Duration // raft heartbeat and election timeout; default 100ms
 	Sweep   time.Duration // sweep interval; default 200ms
+	// API, when set, may change the api.Deps of node i before its server
+	// starts (and again at each restart): a counting random source, a
+	// registry the test reads metrics from.
+	API func(i int, d *api.Deps)
 }
 
 func token() string {
@@ -113,7 +117,11 @@ func (c *Cluster) startNode(i int, trans raft.Transport, ln net.Listener) {
 	if err != nil {
 		c.t.Fatalf("cluster.New(%s): %v", c.cands[i].Machine, err)
 	}
-	srv := api.New(api.Deps{Node: node, Tokens: c.Tokens})
+	deps := api.Deps{Node: node, Tokens: c.Tokens}
+	if c.opts.API != nil {
+		c.opts.API(i, &deps)
+	}
+	srv := api.New(deps)
 	n := c.Nodes[i]
 	n.Node, n.Server, n.ln, n.stopped = node, srv, ln, false
 	go func() { _ = srv.Serve(ln) }()
