@@ -14,7 +14,8 @@ import (
 // propose proposes cmd on this node, which the write middleware found
 // leading, and returns the state machine's result. The answer carries the
 // entry's index in X-Elanous-Index: a node that forwarded the request waits
-// to apply it before answering. If leadership moved in the meantime the
+// to apply it before answering, and the leader announces the commit so that
+// wait is short. If leadership moved in the meantime the
 // request is forwarded after all, through the loop the middleware and
 // consistent reads share (errForwarded: the answer is written).
 func (s *Server) propose(c echo.Context, cmd fsm.Command) (any, error) {
@@ -25,6 +26,11 @@ func (s *Server) propose(c echo.Context, cmd fsm.Command) (any, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if c.Request().Header.Get(wire.HeaderForwarded) != "" {
+		// The forwarding node waits to apply the entry: tell it now that
+		// the entry is committed.
+		s.node.AnnounceCommit()
 	}
 	c.Response().Header().Set(wire.HeaderIndex, strconv.FormatUint(applied.Index, 10))
 	return applied.Value, nil

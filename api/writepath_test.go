@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/elanous/elanous-node/api"
 	"github.com/elanous/elanous-node/api/apitest"
@@ -30,10 +31,9 @@ type observedCluster struct {
 	reg  []*prometheus.Registry
 }
 
-func startObserved(t *testing.T) *observedCluster {
+func startObserved(t *testing.T, opts apitest.Options) *observedCluster {
 	t.Helper()
 	o := &observedCluster{}
-	opts := clusterOptions()
 	opts.API = func(i int, d *api.Deps) {
 		for len(o.rand) <= i {
 			o.rand = append(o.rand, &countingRand{})
@@ -90,7 +90,7 @@ func (o *observedCluster) counter(t *testing.T, i int, name string, labels ...st
 // write before its handler runs: it draws no lease id or token secret and
 // decodes no body; the leader does all of it.
 func TestServer_FollowerForwardsBeforeHandler(t *testing.T) {
-	c := startObserved(t)
+	c := startObserved(t, clusterOptions())
 	li, fi := c.Leader(), c.Follower()
 	leader, follower := c.Nodes[li], c.Nodes[fi]
 	forwardsOK := func() float64 { return c.counter(t, fi, "elanous_forwards_total", "result", "ok") }
@@ -229,4 +229,35 @@ func TestServer_ReadYourWritesThroughFollower(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestServer_ForwardedWriteAnnouncesCommit runs a cluster whose leader, left
+// alone, tells followers about commits only every 3–6 s (raft's commit
+// timeout). A lease renewal or release forwarded by a follower must still be
+// applied there within its 800 ms budget: the leader announces the commit of
+// a forwarded write at once.
+func TestServer_ForwardedWriteAnnouncesCommit(t *testing.T) {
+	opts := clusterOptions()
+	opts.CommitTimeout = 3 * time.Second
+	opts.Sweep = time.Hour // no sweep entries carry the commit index meanwhile
+	c := startObserved(t, opts)
+	fi := c.Follower()
+	follower := c.Nodes[fi]
+	member := c.Tokens.Member
+	l := acquire(t, c.Nodes[c.Leader()].URL, member, wire.AcquireRequest{Machine: "announce", Purpose: "commit", TTLMs: memberTTL})
+	applied := func(what string, r reply, want int) {
+		t.Helper()
+		wantStatus(t, what, r, want)
+		index := headerUint(t, r, wire.HeaderIndex)
+		if got := follower.Node.FSM().AppliedIndex(); got < index {
+			t.Fatalf("%s through the follower: answered with %s %d while the follower had applied only %d", what, wire.HeaderIndex, index, got)
+		}
+	}
+	for i := range 5 {
+		applied(fmt.Sprintf("renewal %d", i), send(t, leaseCall(http.MethodPost, follower.URL, l.Port, member, l.LeaseID)), http.StatusOK)
+	}
+	applied("release", send(t, leaseCall(http.MethodDelete, follower.URL, l.Port, member, l.LeaseID)), http.StatusNoContent)
+	if got := c.counter(t, fi, "elanous_forward_unapplied_total"); got != 0 {
+		t.Errorf("elanous_forward_unapplied_total on the follower = %v, want 0", got)
+	}
 }

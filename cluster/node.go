@@ -117,7 +117,8 @@ type Node struct {
 	stop     chan struct{}
 	wg       sync.WaitGroup
 
-	stats applyStats
+	stats    applyStats
+	announce announcer
 
 	mu       sync.Mutex
 	lead     *leadership // non-nil while this node leads; guarded by mu

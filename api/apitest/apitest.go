@@ -47,6 +47,9 @@ type Options struct {
 	Nodes   int           // default 3
 	Timeout time.Duration // raft heartbeat and election timeout; default 100ms
 	Sweep   time.Duration // sweep interval; default 200ms
+	// CommitTimeout is raft's: how long a leader with nothing to send waits
+	// before telling followers its commit index; default 5ms.
+	CommitTimeout time.Duration
 	// API, when set, may change the api.Deps of node i before its server
 	// starts (and again at each restart): a counting random source, a
 	// registry the test reads metrics from.
@@ -71,6 +74,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	if opts.Sweep == 0 {
 		opts.Sweep = 200 * time.Millisecond
+	}
+	if opts.CommitTimeout == 0 {
+		opts.CommitTimeout = 5 * time.Millisecond
 	}
 	c := &Cluster{t: t, opts: opts, Tokens: wire.TokensFile{Admin: token(), Member: token(), Query: token()}}
 	var lns []net.Listener
@@ -106,7 +112,7 @@ func (c *Cluster) nodeConfig(i int, trans raft.Transport) cluster.Config {
 		ID: c.cands[i].Machine, Candidates: c.cands, Bootstrap: true,
 		DataDir: c.Nodes[i].DataDir, Transport: trans,
 		HeartbeatTimeout: c.opts.Timeout, ElectionTimeout: c.opts.Timeout,
-		LeaderLeaseTimeout: c.opts.Timeout / 2, CommitTimeout: 5 * time.Millisecond,
+		LeaderLeaseTimeout: c.opts.Timeout / 2, CommitTimeout: c.opts.CommitTimeout,
 		SweepInterval: c.opts.Sweep,
 	}
 }
