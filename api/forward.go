@@ -156,8 +156,8 @@ func (s *Server) forward(ctx context.Context, c echo.Context) error {
 			if err != nil {
 				return fmt.Errorf("%w: read the leader's answer to a write it applied: %v", cluster.ErrOutcomeUnknown, err)
 			}
-			if !s.awaitApplied(ctx, index, rt.table) {
-				s.metrics.unapplied.Inc()
+			if !s.awaitApplied(ctx, index, rt.table) && c.Request().Context().Err() == nil {
+				s.metrics.unapplied.Inc() // the budget ran out, not the client
 			}
 			answer = bytes.NewReader(data)
 		}

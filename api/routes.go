@@ -54,7 +54,7 @@ func (rt *route) leaderWait() time.Duration {
 	if rt.write {
 		return min(rt.budget*3/4, writeLeaderWait)
 	}
-	return min(rt.budget*3/5, readLeaderWait)
+	return min(rt.budget, readLeaderWait)
 }
 
 // routeTable returns every route of the API (the table in README's HTTP API
@@ -164,8 +164,8 @@ func withRoute(rt *route) echo.MiddlewareFunc {
 // it may wait for a leader, both counted from the first call.
 func budgetOf(c echo.Context) (deadline, leaderUntil time.Time) {
 	rr, ok := c.Get(routeKey).(*requestRoute)
-	if !ok { // not registered through the table: the defaults of a write
-		rr = &requestRoute{route: &route{write: true, budget: defaultBudget}}
+	if !ok { // not registered through the table: the default budget
+		rr = &requestRoute{route: &route{budget: defaultBudget}}
 		c.Set(routeKey, rr)
 	}
 	if rr.started.IsZero() {
