@@ -13,11 +13,11 @@ import (
 
 // propose proposes cmd on this node, which the write middleware found
 // leading, and returns the state machine's result. The answer carries the
-// entry's index in X-Elanous-Index: a node that forwarded the request waits
-// to apply it before answering, and the leader announces the commit so that
-// wait is short. If leadership moved in the meantime the
-// request is forwarded after all, through the loop the middleware and
-// consistent reads share (errForwarded: the answer is written).
+// entry's index in X-Elanous-Index: a node that forwarded the request waits to
+// apply that index before answering, and the leader announces the commit so
+// the wait is short. If leadership moved in the meantime, the request is
+// forwarded after all, through the loop the middleware and consistent reads
+// share (errForwarded: the answer is written).
 func (s *Server) propose(c echo.Context, cmd fsm.Command) (any, error) {
 	var applied cluster.Applied
 	err := s.onLeader(c, func(ctx context.Context) (err error) {
