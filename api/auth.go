@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
-	"regexp"
 	"strings"
 
 	"github.com/elanous/elanous-node/api/wire"
@@ -40,8 +39,6 @@ type Identity struct {
 func (id Identity) Caller() fsm.Caller {
 	return fsm.Caller{Owner: id.Owner, Machine: id.Machine, Admin: id.Scope == ScopeAdmin}
 }
-
-var tokenPattern = regexp.MustCompile(`^[a-f0-9]{64}$`)
 
 type clusterToken struct {
 	scope Scope
@@ -82,7 +79,7 @@ func (s *Server) authenticate(r *http.Request) (Identity, error) {
 		return Identity{}, unauthorized("missing bearer token")
 	}
 	scheme, token, ok := strings.Cut(h, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || !tokenPattern.MatchString(token) {
+	if !ok || !strings.EqualFold(scheme, "Bearer") || !wire.ValidToken(token) {
 		return Identity{}, unauthorized("malformed bearer token: want 64 lowercase hex characters")
 	}
 	sum := sha256.Sum256([]byte(token))

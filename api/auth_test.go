@@ -15,6 +15,8 @@ import (
 
 	"github.com/elanous/elanous-node/api/apitest"
 	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/elanous/elanous-node/member"
 )
 
 // tokenKind is a column of the authorization matrix.
@@ -65,21 +67,21 @@ func (e *authEnv) cell(k tokenKind, url string) cell {
 	case malformedToken:
 		// Rotate over the ways a header can be malformed; the first is 64
 		// hex characters, but uppercase: the format is lowercase only.
-		tok := randomToken()
+		tok := testutil.RandomToken()
 		forms := []string{"Bearer " + strings.ToUpper(tok), "Bearer " + tok[:63], "Basic " + tok, "Bearer", tok, "Bearer  " + tok, "Bearer " + tok + "0"}
 		cl.auth = forms[e.seq%len(forms)]
 	case unknownToken:
-		cl.auth = bearer(e.unknown)
+		cl.auth = testutil.Bearer(e.unknown)
 	case queryToken:
-		cl.auth = bearer(e.c.Tokens.Query)
+		cl.auth = testutil.Bearer(e.c.Tokens.Query)
 	case memberToken:
-		cl.auth = bearer(e.c.Tokens.Member)
+		cl.auth = testutil.Bearer(e.c.Tokens.Member)
 	case machineOnOther:
-		cl.auth, cl.machine, cl.creator = bearer(e.tokA), machineB, e.tokB
+		cl.auth, cl.machine, cl.creator = testutil.Bearer(e.tokA), machineB, e.tokB
 	case machineOnOwn:
-		cl.auth, cl.creator = bearer(e.tokA), e.tokA
+		cl.auth, cl.creator = testutil.Bearer(e.tokA), e.tokA
 	case adminToken:
-		cl.auth = bearer(e.c.Tokens.Admin)
+		cl.auth = testutil.Bearer(e.c.Tokens.Admin)
 	}
 	return cl
 }
@@ -90,10 +92,10 @@ func (e *authEnv) leaderURL() string { return e.c.Nodes[e.c.Leader()].URL }
 func (e *authEnv) resource(t *testing.T, cl cell) string {
 	t.Helper()
 	id := fmt.Sprintf("instance:%s/%d", cl.machine, cl.n)
-	r := send(t, jsonCall(http.MethodPost, e.leaderURL()+"/v1/resources/register", cl.creator, wire.RegisterRequest{
+	r := testutil.Send(t, testutil.JSONCall(http.MethodPost, e.leaderURL()+"/v1/resources/register", cl.creator, wire.RegisterRequest{
 		ID: id, Kind: "instance", Name: id, Machine: cl.machine, TTLMs: memberTTL, Endpoint: "http://10.0.0.9:31460",
 	}))
-	wantStatus(t, "fixture register", r, http.StatusOK)
+	testutil.WantStatus(t, "fixture register", r, http.StatusOK)
 	return id
 }
 
@@ -106,9 +108,9 @@ func (e *authEnv) lease(t *testing.T, cl cell) wire.PortLease {
 type endpoint struct {
 	name  string
 	want  [numKinds]int
-	build func(t *testing.T, e *authEnv, cl cell) call
+	build func(t *testing.T, e *authEnv, cl cell) testutil.Call
 	// check, when set, runs on a success answer.
-	check func(t *testing.T, e *authEnv, cl cell, r reply)
+	check func(t *testing.T, e *authEnv, cl cell, r testutil.Reply)
 }
 
 // TestServer_AuthorizationMatrix sends every endpoint of DESIGN §5 with every
@@ -117,13 +119,13 @@ type endpoint struct {
 // forwarding are covered too.
 func TestServer_AuthorizationMatrix(t *testing.T) {
 	c := apitest.Start(t, clusterOptions())
-	e := &authEnv{c: c, unknown: randomToken()}
+	e := &authEnv{c: c, unknown: testutil.RandomToken()}
 	e.tokA = issueToken(t, c, e.leaderURL(), machineA).Token
 	e.tokB = issueToken(t, c, e.leaderURL(), machineB).Token
 
-	get := func(path string) func(*testing.T, *authEnv, cell) call {
-		return func(_ *testing.T, _ *authEnv, cl cell) call {
-			return call{Method: http.MethodGet, URL: cl.url + path, Auth: cl.auth}
+	get := func(path string) func(*testing.T, *authEnv, cell) testutil.Call {
+		return func(_ *testing.T, _ *authEnv, cl cell) testutil.Call {
+			return testutil.Call{Method: http.MethodGet, URL: cl.url + path, Auth: cl.auth}
 		}
 	}
 	all200 := [numKinds]int{200, 200, 200, 200, 200, 200, 200, 200}
@@ -134,51 +136,51 @@ func TestServer_AuthorizationMatrix(t *testing.T) {
 		{name: "GET /v1/ready", want: all200, build: get("/v1/ready")},
 		{name: "GET /metrics", want: all200, build: get("/metrics")},
 		{name: "POST /v1/resources/register", want: [numKinds]int{401, 401, 401, 403, 200, 403, 200, 200},
-			build: func(_ *testing.T, _ *authEnv, cl cell) call {
+			build: func(_ *testing.T, _ *authEnv, cl cell) testutil.Call {
 				id := fmt.Sprintf("machine:%s-%d", cl.machine, cl.n)
 				body := wire.RegisterRequest{ID: id, Kind: "machine", Name: cl.machine, Machine: cl.machine, TTLMs: memberTTL}
-				cc := jsonCall(http.MethodPost, cl.url+"/v1/resources/register", "", body)
+				cc := testutil.JSONCall(http.MethodPost, cl.url+"/v1/resources/register", "", body)
 				cc.Auth = cl.auth
 				return cc
 			}},
 		{name: "POST /v1/resources/{id}/heartbeat", want: [numKinds]int{401, 401, 401, 403, 200, 403, 200, 200},
-			build: func(t *testing.T, e *authEnv, cl cell) call {
+			build: func(t *testing.T, e *authEnv, cl cell) testutil.Call {
 				id := e.resource(t, cl)
-				return call{Method: http.MethodPost, URL: cl.url + "/v1/resources/" + encodeURIComponent(id) + "/heartbeat",
+				return testutil.Call{Method: http.MethodPost, URL: cl.url + "/v1/resources/" + member.EscapeID(id) + "/heartbeat",
 					Auth: cl.auth, Body: "{}", ContentType: "application/json"}
 			}},
 		{name: "DELETE /v1/resources/{id}", want: [numKinds]int{401, 401, 401, 403, 204, 403, 204, 204},
-			build: func(t *testing.T, e *authEnv, cl cell) call {
+			build: func(t *testing.T, e *authEnv, cl cell) testutil.Call {
 				id := e.resource(t, cl)
-				return call{Method: http.MethodDelete, URL: cl.url + "/v1/resources/" + encodeURIComponent(id), Auth: cl.auth}
+				return testutil.Call{Method: http.MethodDelete, URL: cl.url + "/v1/resources/" + member.EscapeID(id), Auth: cl.auth}
 			}},
 		{name: "GET /v1/resources?machine=", want: [numKinds]int{401, 401, 401, 200, 200, 403, 200, 200},
-			build: func(t *testing.T, e *authEnv, cl cell) call {
+			build: func(t *testing.T, e *authEnv, cl cell) testutil.Call {
 				e.resource(t, cl)
-				return call{Method: http.MethodGet, URL: cl.url + "/v1/resources?machine=" + cl.machine, Auth: cl.auth}
+				return testutil.Call{Method: http.MethodGet, URL: cl.url + "/v1/resources?machine=" + cl.machine, Auth: cl.auth}
 			},
-			check: func(t *testing.T, _ *authEnv, cl cell, r reply) {
-				for _, res := range decodeWire[[]wire.Resource](t, r) {
+			check: func(t *testing.T, _ *authEnv, cl cell, r testutil.Reply) {
+				for _, res := range testutil.Decode[[]wire.Resource](t, r) {
 					if res.Machine != cl.machine {
 						t.Errorf("GET /v1/resources?machine=%s listed %s of machine %s", cl.machine, res.ID, res.Machine)
 					}
 				}
 			}},
 		{name: "GET /v1/resources/{id}", want: [numKinds]int{401, 401, 401, 200, 200, 403, 200, 200},
-			build: func(t *testing.T, e *authEnv, cl cell) call {
+			build: func(t *testing.T, e *authEnv, cl cell) testutil.Call {
 				id := e.resource(t, cl)
-				return call{Method: http.MethodGet, URL: cl.url + "/v1/resources/" + encodeURIComponent(id), Auth: cl.auth}
+				return testutil.Call{Method: http.MethodGet, URL: cl.url + "/v1/resources/" + member.EscapeID(id), Auth: cl.auth}
 			}},
 		{name: "POST /v1/leases/port", want: [numKinds]int{401, 401, 401, 403, 201, 403, 201, 201},
-			build: func(_ *testing.T, _ *authEnv, cl cell) call {
-				cc := jsonCall(http.MethodPost, cl.url+"/v1/leases/port", "", wire.AcquireRequest{Machine: cl.machine, Purpose: "matrix", TTLMs: memberTTL})
+			build: func(_ *testing.T, _ *authEnv, cl cell) testutil.Call {
+				cc := testutil.JSONCall(http.MethodPost, cl.url+"/v1/leases/port", "", wire.AcquireRequest{Machine: cl.machine, Purpose: "matrix", TTLMs: memberTTL})
 				cc.Auth = cl.auth
 				return cc
 			}},
 		// Renewal is the owner's alone: the admin token gets 403 on a lease
 		// the member token holds.
 		{name: "POST /v1/leases/port/{port}/heartbeat", want: [numKinds]int{401, 401, 401, 403, 200, 403, 200, 403},
-			build: func(t *testing.T, e *authEnv, cl cell) call {
+			build: func(t *testing.T, e *authEnv, cl cell) testutil.Call {
 				l := e.lease(t, cl)
 				cc := leaseCall(http.MethodPost, cl.url, l.Port, "", l.LeaseID)
 				cc.Auth = cl.auth
@@ -186,19 +188,19 @@ func TestServer_AuthorizationMatrix(t *testing.T) {
 			}},
 		// Release: the owner, or the admin token for any lease.
 		{name: "DELETE /v1/leases/port/{port}", want: [numKinds]int{401, 401, 401, 403, 204, 403, 204, 204},
-			build: func(t *testing.T, e *authEnv, cl cell) call {
+			build: func(t *testing.T, e *authEnv, cl cell) testutil.Call {
 				l := e.lease(t, cl)
 				cc := leaseCall(http.MethodDelete, cl.url, l.Port, "", l.LeaseID)
 				cc.Auth = cl.auth
 				return cc
 			}},
 		{name: "GET /v1/leases/port", want: [numKinds]int{401, 401, 401, 200, 200, 200, 200, 200},
-			build: func(t *testing.T, e *authEnv, cl cell) call {
+			build: func(t *testing.T, e *authEnv, cl cell) testutil.Call {
 				e.lease(t, cl)
-				return call{Method: http.MethodGet, URL: cl.url + "/v1/leases/port", Auth: cl.auth}
+				return testutil.Call{Method: http.MethodGet, URL: cl.url + "/v1/leases/port", Auth: cl.auth}
 			},
-			check: func(t *testing.T, _ *authEnv, cl cell, r reply) {
-				leases := decodeWire[[]wire.PortLease](t, r)
+			check: func(t *testing.T, _ *authEnv, cl cell, r testutil.Reply) {
+				leases := testutil.Decode[[]wire.PortLease](t, r)
 				if len(leases) == 0 && cl.kind != machineOnOther {
 					t.Errorf("GET /v1/leases/port = [], want the fixture lease")
 				}
@@ -211,21 +213,21 @@ func TestServer_AuthorizationMatrix(t *testing.T) {
 				}
 			}},
 		{name: "GET /v1/leases/port/{port}", want: [numKinds]int{401, 401, 401, 200, 200, 403, 200, 200},
-			build: func(t *testing.T, e *authEnv, cl cell) call {
+			build: func(t *testing.T, e *authEnv, cl cell) testutil.Call {
 				l := e.lease(t, cl)
-				return call{Method: http.MethodGet, URL: cl.url + "/v1/leases/port/" + strconv.Itoa(l.Port), Auth: cl.auth}
+				return testutil.Call{Method: http.MethodGet, URL: cl.url + "/v1/leases/port/" + strconv.Itoa(l.Port), Auth: cl.auth}
 			}},
 		{name: "POST /v1/tokens/member", want: [numKinds]int{401, 401, 401, 403, 403, 403, 403, 201},
-			build: func(_ *testing.T, _ *authEnv, cl cell) call {
-				cc := jsonCall(http.MethodPost, cl.url+"/v1/tokens/member", "", wire.IssueTokenRequest{Machine: fmt.Sprintf("issued-%d", cl.n)})
+			build: func(_ *testing.T, _ *authEnv, cl cell) testutil.Call {
+				cc := testutil.JSONCall(http.MethodPost, cl.url+"/v1/tokens/member", "", wire.IssueTokenRequest{Machine: fmt.Sprintf("issued-%d", cl.n)})
 				cc.Auth = cl.auth
 				return cc
 			}},
 		{name: "DELETE /v1/tokens/member/{machine}", want: [numKinds]int{401, 401, 401, 403, 403, 403, 403, 204},
-			build: func(t *testing.T, e *authEnv, cl cell) call {
+			build: func(t *testing.T, e *authEnv, cl cell) testutil.Call {
 				victim := fmt.Sprintf("victim-%d", cl.n)
 				issueToken(t, e.c, e.leaderURL(), victim)
-				return call{Method: http.MethodDelete, URL: cl.url + "/v1/tokens/member/" + victim, Auth: cl.auth}
+				return testutil.Call{Method: http.MethodDelete, URL: cl.url + "/v1/tokens/member/" + victim, Auth: cl.auth}
 			}},
 		{name: "GET /v1/tokens/member", want: [numKinds]int{401, 401, 401, 403, 403, 403, 403, 200},
 			build: get("/v1/tokens/member")},
@@ -245,7 +247,7 @@ func TestServer_AuthorizationMatrix(t *testing.T) {
 					cl := e.cell(k, node.URL)
 					req := ep.build(t, e, cl)
 					c.WaitApplied() // fixtures (and the machine tokens) are on the node asked
-					r := send(t, req)
+					r := testutil.Send(t, req)
 					want := ep.want[k]
 					if r.Status/100 == 2 && want/100 != 2 {
 						unexpected2xx++
@@ -257,7 +259,7 @@ func TestServer_AuthorizationMatrix(t *testing.T) {
 					}
 					if r.Status >= 400 {
 						code := map[int]string{401: wire.CodeUnauthorized, 403: wire.CodeForbidden}[r.Status]
-						if err := checkErrorBody(r, code); err != nil {
+						if err := testutil.CheckError(r, code); err != nil {
 							t.Fatalf("%s with %s: %v", ep.name, kindNames[k], err)
 						}
 						return
@@ -282,9 +284,9 @@ func TestServer_IssueMemberToken(t *testing.T) {
 	var issued []wire.IssuedToken
 	for i, n := range c.Nodes {
 		machine := fmt.Sprintf("secret-%d", i)
-		r := send(t, jsonCall(http.MethodPost, n.URL+"/v1/tokens/member", c.Tokens.Admin, wire.IssueTokenRequest{Machine: machine}))
-		wantStatus(t, "issue through "+n.Machine, r, http.StatusCreated)
-		tok := decodeWire[wire.IssuedToken](t, r)
+		r := testutil.Send(t, testutil.JSONCall(http.MethodPost, n.URL+"/v1/tokens/member", c.Tokens.Admin, wire.IssueTokenRequest{Machine: machine}))
+		testutil.WantStatus(t, "issue through "+n.Machine, r, http.StatusCreated)
+		tok := testutil.Decode[wire.IssuedToken](t, r)
 		if tok.Machine != machine || !isToken(tok.Token) || tok.IssuedAt == "" {
 			t.Fatalf("issue through %s = %+v, want machine %s, 64 lowercase hex, issuedAt", n.Machine, tok, machine)
 		}
@@ -303,16 +305,16 @@ func TestServer_IssueMemberToken(t *testing.T) {
 	t.Run("shown once", func(t *testing.T) {
 		for _, n := range c.Nodes {
 			for _, path := range []string{"/v1/tokens/member", "/v1/cluster/status", "/metrics"} {
-				r := send(t, call{Method: http.MethodGet, URL: n.URL + path, Auth: bearer(c.Tokens.Admin)})
-				wantStatus(t, "GET "+path, r, http.StatusOK)
+				r := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: n.URL + path, Auth: testutil.Bearer(c.Tokens.Admin)})
+				testutil.WantStatus(t, "GET "+path, r, http.StatusOK)
 				for _, tok := range issued {
 					if bytes.Contains(bytes.ToLower(r.Body), []byte(tok.Token)) {
 						t.Errorf("GET %s on %s shows the token of %s", path, n.Machine, tok.Machine)
 					}
 				}
 			}
-			r := send(t, call{Method: http.MethodGet, URL: n.URL + "/v1/tokens/member", Auth: bearer(c.Tokens.Admin)})
-			list := decodeWire[[]wire.TokenInfo](t, r)
+			r := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: n.URL + "/v1/tokens/member", Auth: testutil.Bearer(c.Tokens.Admin)})
+			list := testutil.Decode[[]wire.TokenInfo](t, r)
 			if len(list) != len(issued) {
 				t.Errorf("GET /v1/tokens/member on %s lists %d tokens, want %d", n.Machine, len(list), len(issued))
 			}
@@ -362,27 +364,27 @@ func TestServer_IssueMemberToken(t *testing.T) {
 	t.Run("revoked everywhere", func(t *testing.T) {
 		tok := issued[0]
 		for _, n := range c.Nodes {
-			r := send(t, call{Method: http.MethodGet, URL: n.URL + "/v1/resources", Auth: bearer(tok.Token)})
-			wantStatus(t, "GET with the token on "+n.Machine, r, http.StatusOK)
+			r := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: n.URL + "/v1/resources", Auth: testutil.Bearer(tok.Token)})
+			testutil.WantStatus(t, "GET with the token on "+n.Machine, r, http.StatusOK)
 		}
 		follower := c.Nodes[c.Follower()]
-		r := send(t, call{Method: http.MethodDelete, URL: follower.URL + "/v1/tokens/member/" + tok.Machine, Auth: bearer(c.Tokens.Admin)})
-		wantStatus(t, "revoke through a follower", r, http.StatusNoContent)
+		r := testutil.Send(t, testutil.Call{Method: http.MethodDelete, URL: follower.URL + "/v1/tokens/member/" + tok.Machine, Auth: testutil.Bearer(c.Tokens.Admin)})
+		testutil.WantStatus(t, "revoke through a follower", r, http.StatusNoContent)
 		for _, n := range c.Nodes {
-			var last reply
-			waitFor(t, "401 from "+n.Machine, 10*time.Second, func() bool {
-				last = send(t, call{Method: http.MethodGet, URL: n.URL + "/v1/resources", Auth: bearer(tok.Token)})
+			var last testutil.Reply
+			testutil.WaitFor(t, "401 from "+n.Machine, 10*time.Second, func() bool {
+				last = testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: n.URL + "/v1/resources", Auth: testutil.Bearer(tok.Token)})
 				return last.Status == http.StatusUnauthorized
 			})
-			wantError(t, "revoked token on "+n.Machine, last, http.StatusUnauthorized, wire.CodeUnauthorized)
-			write := send(t, jsonCall(http.MethodPost, n.URL+"/v1/leases/port", tok.Token, wire.AcquireRequest{Machine: tok.Machine, Purpose: "x", TTLMs: 1000}))
-			wantError(t, "write with the revoked token on "+n.Machine, write, http.StatusUnauthorized, wire.CodeUnauthorized)
+			testutil.WantError(t, "revoked token on "+n.Machine, last, http.StatusUnauthorized, wire.CodeUnauthorized)
+			write := testutil.Send(t, testutil.JSONCall(http.MethodPost, n.URL+"/v1/leases/port", tok.Token, wire.AcquireRequest{Machine: tok.Machine, Purpose: "x", TTLMs: 1000}))
+			testutil.WantError(t, "write with the revoked token on "+n.Machine, write, http.StatusUnauthorized, wire.CodeUnauthorized)
 		}
-		r = send(t, call{Method: http.MethodDelete, URL: follower.URL + "/v1/tokens/member/" + tok.Machine, Auth: bearer(c.Tokens.Admin)})
-		wantError(t, "revoke again", r, http.StatusNotFound, wire.CodeNotFound)
+		r = testutil.Send(t, testutil.Call{Method: http.MethodDelete, URL: follower.URL + "/v1/tokens/member/" + tok.Machine, Auth: testutil.Bearer(c.Tokens.Admin)})
+		testutil.WantError(t, "revoke again", r, http.StatusNotFound, wire.CodeNotFound)
 		// The other tokens still work.
-		r = send(t, call{Method: http.MethodGet, URL: follower.URL + "/v1/resources", Auth: bearer(issued[1].Token)})
-		wantStatus(t, "GET with another machine token", r, http.StatusOK)
+		r = testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: follower.URL + "/v1/resources", Auth: testutil.Bearer(issued[1].Token)})
+		testutil.WantStatus(t, "GET with another machine token", r, http.StatusOK)
 	})
 
 	// A token is usable through every candidate the moment its 201 arrives,
@@ -393,19 +395,19 @@ func TestServer_IssueMemberToken(t *testing.T) {
 		for i, n := range c.Nodes {
 			machine := fmt.Sprintf("fresh-%d", i)
 			tok := issueToken(t, c, leader.URL, machine)
-			r := send(t, call{Method: http.MethodGet, URL: n.URL + "/v1/leases/port", Auth: bearer(tok.Token), NoRetry: true})
-			wantStatus(t, "GET with a fresh token through "+n.Machine, r, http.StatusOK)
-			r = send(t, jsonCall(http.MethodPost, n.URL+"/v1/leases/port", tok.Token, wire.AcquireRequest{Machine: machine, Purpose: "fresh", TTLMs: memberTTL}))
-			wantStatus(t, "acquire with a fresh token through "+n.Machine, r, http.StatusCreated)
+			r := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: n.URL + "/v1/leases/port", Auth: testutil.Bearer(tok.Token), NoRetry: true})
+			testutil.WantStatus(t, "GET with a fresh token through "+n.Machine, r, http.StatusOK)
+			r = testutil.Send(t, testutil.JSONCall(http.MethodPost, n.URL+"/v1/leases/port", tok.Token, wire.AcquireRequest{Machine: machine, Purpose: "fresh", TTLMs: memberTTL}))
+			testutil.WantStatus(t, "acquire with a fresh token through "+n.Machine, r, http.StatusCreated)
 			// A blocking query whose index has already passed answers at once.
-			r = send(t, call{Method: http.MethodGet, URL: n.URL + "/v1/leases/port?index=1&wait=5s", Auth: bearer(tok.Token), NoRetry: true})
-			wantStatus(t, "blocking GET with a fresh token through "+n.Machine, r, http.StatusOK)
+			r = testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: n.URL + "/v1/leases/port?index=1&wait=5s", Auth: testutil.Bearer(tok.Token), NoRetry: true})
+			testutil.WantStatus(t, "blocking GET with a fresh token through "+n.Machine, r, http.StatusOK)
 		}
 		// A token nobody issued is still 401, from the follower (asking the
 		// leader) as from the leader, with WWW-Authenticate.
 		for _, n := range c.Nodes {
-			r := send(t, call{Method: http.MethodGet, URL: n.URL + "/v1/resources", Auth: bearer(randomToken())})
-			wantError(t, "unknown token on "+n.Machine, r, http.StatusUnauthorized, wire.CodeUnauthorized)
+			r := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: n.URL + "/v1/resources", Auth: testutil.Bearer(testutil.RandomToken())})
+			testutil.WantError(t, "unknown token on "+n.Machine, r, http.StatusUnauthorized, wire.CodeUnauthorized)
 		}
 	})
 }

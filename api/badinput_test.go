@@ -10,12 +10,13 @@ import (
 
 	"github.com/elanous/elanous-node/api/apitest"
 	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/internal/testutil"
 )
 
 // badCase is one bad request and the 4xx it must get.
 type badCase struct {
 	name   string
-	call   call
+	call   testutil.Call
 	status int
 	code   string
 }
@@ -50,8 +51,8 @@ func TestServer_BadInput(t *testing.T) {
 	member, admin, query := c.Tokens.Member, c.Tokens.Admin, c.Tokens.Query
 
 	// Fixtures the bad requests aim at: a live resource, a live lease and a machine token.
-	r := send(t, jsonCall(http.MethodPost, leader.URL+"/v1/resources/register", member, registerBody(nil)))
-	wantStatus(t, "fixture register", r, http.StatusOK)
+	r := testutil.Send(t, testutil.JSONCall(http.MethodPost, leader.URL+"/v1/resources/register", member, registerBody(nil)))
+	testutil.WantStatus(t, "fixture register", r, http.StatusOK)
 	lease := acquire(t, leader.URL, member, wire.AcquireRequest{Machine: "fixture", Purpose: "bad-input", TTLMs: memberTTL})
 	issueToken(t, c, leader.URL, "fixture")
 	c.WaitApplied()
@@ -65,8 +66,8 @@ func TestServer_BadInput(t *testing.T) {
 				t.Run(tc.name, func(t *testing.T) {
 					for attempt := 1; ; attempt++ {
 						before := snapshotState(c)
-						r := send(t, tc.call)
-						wantError(t, tc.name, r, tc.status, tc.code)
+						r := testutil.Send(t, tc.call)
+						testutil.WantError(t, tc.name, r, tc.status, tc.code)
 						after := snapshotState(c)
 						if after.generation != before.generation && attempt < 3 {
 							// A leadership change (a loaded machine) appends a
@@ -133,17 +134,13 @@ func badCases(url, member, admin, query string, lease wire.PortLease) []badCase 
 		badLease  = wire.CodeInvalidPortLease
 		bodyLarge = wire.CodeBodyTooLarge
 	)
-	post := func(path, token, body string) call {
-		return call{Method: http.MethodPost, URL: url + path, Auth: bearer(token), Body: body, ContentType: "application/json"}
+	post := func(path, token, body string) testutil.Call {
+		return testutil.Call{Method: http.MethodPost, URL: url + path, Auth: testutil.Bearer(token), Body: body, ContentType: "application/json"}
 	}
-	req := func(method, path, token string) call {
-		return call{Method: method, URL: url + path, Auth: bearer(token)}
+	req := func(method, path, token string) testutil.Call {
+		return testutil.Call{Method: method, URL: url + path, Auth: testutil.Bearer(token)}
 	}
-	withHeader := func(c call, k, v string) call {
-		c.Header = map[string]string{k: v}
-		return c
-	}
-	chunked := func(c call) call {
+	chunked := func(c testutil.Call) testutil.Call {
 		c.Chunked = true
 		return c
 	}
@@ -158,12 +155,12 @@ func badCases(url, member, admin, query string, lease wire.PortLease) []badCase 
 		"empty": "", "300 chars": long, "non-ASCII": "mäc", "leading dash": "-mac", "space": "m c"}
 
 	var cases []badCase
-	add := func(name string, c call, status int, code string) {
+	add := func(name string, c testutil.Call, status int, code string) {
 		cases = append(cases, badCase{name, c, status, code})
 	}
 
 	// POST /v1/resources/register
-	reg := func(body string) call { return post("/v1/resources/register", member, body) }
+	reg := func(body string) testutil.Call { return post("/v1/resources/register", member, body) }
 	add("register/malformed JSON", reg(`{"id":`), bad, invalid)
 	add("register/not JSON", reg(`id=machine:fixture`), bad, invalid)
 	add("register/array", reg(`[]`), bad, invalid)
@@ -201,7 +198,9 @@ func badCases(url, member, admin, query string, lease wire.PortLease) []badCase 
 	add("register/name control", reg(mustJSON(registerBody(set("name", "a\tb")))), bad, invalid)
 
 	// POST /v1/resources/{id}/heartbeat
-	hb := func(body string) call { return post("/v1/resources/machine%3Afixture/heartbeat", member, body) }
+	hb := func(body string) testutil.Call {
+		return post("/v1/resources/machine%3Afixture/heartbeat", member, body)
+	}
 	add("heartbeat/malformed JSON", hb(`{"attrs":`), bad, invalid)
 	add("heartbeat/unknown field", hb(`{"attrs":{},"x":1}`), bad, invalid)
 	add("heartbeat/trailing data", hb(`{}{}`), bad, invalid)
@@ -232,7 +231,7 @@ func badCases(url, member, admin, query string, lease wire.PortLease) []badCase 
 	add("list resources/consistent garbage", req(http.MethodGet, "/v1/resources?consistent=maybe", query), bad, invalid)
 
 	// POST /v1/leases/port: every bad acquire is 400 invalid-port-lease.
-	acq := func(body string) call { return post("/v1/leases/port", member, body) }
+	acq := func(body string) testutil.Call { return post("/v1/leases/port", member, body) }
 	add("acquire/malformed JSON", acq(`{"machine":`), bad, badLease)
 	add("acquire/unknown field", acq(mustJSON(acquireBody(set("bogus", true)))), bad, badLease)
 	add("acquire/trailing data", acq(validAcq+`[]`), bad, badLease)
@@ -256,14 +255,14 @@ func badCases(url, member, admin, query string, lease wire.PortLease) []badCase 
 	add("acquire/excluded huge", acq(mustJSON(acquireBody(set("excluded", []int64{99999999999})))), bad, badLease)
 
 	// POST /v1/leases/port/{port}/heartbeat and DELETE /v1/leases/port/{port}
-	leaseReq := func(method, port, leaseID string) call {
+	leaseReq := func(method, port, leaseID string) testutil.Call {
 		path := "/v1/leases/port/" + port
 		if method == http.MethodPost {
 			path += "/heartbeat"
 		}
 		c := req(method, path, member)
 		if leaseID != "" {
-			c = withHeader(c, wire.HeaderPortLeaseID, leaseID)
+			c = c.WithHeader(wire.HeaderPortLeaseID, leaseID)
 		}
 		return c
 	}
@@ -288,7 +287,7 @@ func badCases(url, member, admin, query string, lease wire.PortLease) []badCase 
 	add("list leases/index garbage", req(http.MethodGet, "/v1/leases/port?index=one", query), bad, invalid)
 
 	// POST /v1/tokens/member
-	issue := func(body string) call { return post("/v1/tokens/member", admin, body) }
+	issue := func(body string) testutil.Call { return post("/v1/tokens/member", admin, body) }
 	add("issue token/malformed JSON", issue(`{"machine"`), bad, invalid)
 	add("issue token/unknown field", issue(`{"machine":"m1","scope":"admin"}`), bad, invalid)
 	add("issue token/trailing data", issue(`{"machine":"m1"} {"machine":"m2"}`), bad, invalid)

@@ -12,6 +12,7 @@ import (
 	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/cluster"
 	"github.com/elanous/elanous-node/fsm"
+	"github.com/elanous/elanous-node/internal/testutil"
 )
 
 // benchCluster is a three-node loopback cluster (raft over TCP, boltdb on
@@ -112,19 +113,19 @@ func BenchmarkHTTP_LeaseRenew(b *testing.B) {
 	c := benchCluster(b)
 	leader, follower := c.Nodes[c.Leader()], c.Nodes[c.Follower()]
 	member := c.Tokens.Member
-	acquireHTTP := func(url string) (call, error) {
-		r, err := do(jsonCall(http.MethodPost, url+"/v1/leases/port", member, wire.AcquireRequest{Machine: "bench", Purpose: "http", TTLMs: memberTTL}))
+	acquireHTTP := func(url string) (testutil.Call, error) {
+		r, err := testutil.Do(testutil.JSONCall(http.MethodPost, url+"/v1/leases/port", member, wire.AcquireRequest{Machine: "bench", Purpose: "http", TTLMs: memberTTL}))
 		if err != nil || r.Status != http.StatusCreated {
-			return call{}, fmt.Errorf("acquire = %v %v, want 201", r, err)
+			return testutil.Call{}, fmt.Errorf("acquire = %v %v, want 201", r, err)
 		}
 		var l wire.PortLease
-		if err := strictUnmarshal(r.Body, &l); err != nil {
-			return call{}, err
+		if err := testutil.StrictUnmarshal(r.Body, &l); err != nil {
+			return testutil.Call{}, err
 		}
 		return leaseCall(http.MethodPost, url, l.Port, member, l.LeaseID), nil
 	}
-	heartbeat := func(cl call) error {
-		r, err := do(cl)
+	heartbeat := func(cl testutil.Call) error {
+		r, err := testutil.Do(cl)
 		if err != nil || r.Status != http.StatusOK {
 			return fmt.Errorf("lease heartbeat = %v %v, want 200", r, err)
 		}

@@ -111,7 +111,7 @@ func leaseHeader(c echo.Context) (string, error) {
 	if id == "" {
 		return "", badLease("missing " + wire.HeaderPortLeaseID + " header")
 	}
-	if len(id) > 128 {
+	if len(id) > wire.MaxLeaseIDLen {
 		return "", badLease(wire.HeaderPortLeaseID + " header is too long")
 	}
 	return id, nil

@@ -7,17 +7,14 @@ import (
 
 	"github.com/elanous/elanous-node/api/apitest"
 	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/internal/testutil"
 )
 
-// noLeaderBound is how fast a write must fail without a leader. DESIGN §5
-// says "with no leader, writes answer 503 no-leader within 1 s" (and the
-// lease client gives up after 1 s): that is a protocol requirement, which is
-// why this test measures time at all. The bound is the 1 s of the contract
-// plus slack for a loaded -race run.
-const noLeaderBound = 1500 * time.Millisecond
-
 // TestServer_WriteWithoutLeader stops two of three nodes; every write to the
-// survivor answers 503 no-leader with Retry-After, promptly.
+// survivor answers 503 no-leader with a well-formed body and Retry-After.
+// How fast it answers (within 1 s, the contract) is checked end to end on real
+// processes, with a margin (cmd/elanous-node TestE2E_WriteWithoutLeader): a
+// time bound does not belong in a unit test.
 func TestServer_WriteWithoutLeader(t *testing.T) {
 	c := apitest.Start(t, clusterOptions())
 	// The survivor is the leader: stopping a follower hands nothing over,
@@ -33,49 +30,43 @@ func TestServer_WriteWithoutLeader(t *testing.T) {
 			c.StopNode(i)
 		}
 	}
-	waitFor(t, "the survivor to step down and know no leader", 10*time.Second, func() bool {
+	testutil.WaitFor(t, "the survivor to step down and know no leader", 10*time.Second, func() bool {
 		_, known := survivor.Node.Leader()
 		return !known && !survivor.Node.IsLeader()
 	})
 
 	member, admin := c.Tokens.Member, c.Tokens.Admin
 	u := survivor.URL
-	noRetry := func(cl call) call { cl.NoRetry = true; return cl }
+	noRetry := func(cl testutil.Call) testutil.Call { cl.NoRetry = true; return cl }
 	writes := []struct {
 		name string
-		call call
+		call testutil.Call
 	}{
-		{"register", jsonCall(http.MethodPost, u+"/v1/resources/register", member, wire.RegisterRequest{
+		{"register", testutil.JSONCall(http.MethodPost, u+"/v1/resources/register", member, wire.RegisterRequest{
 			ID: "machine:lonely", Kind: "machine", Name: "lonely", Machine: "lonely", TTLMs: memberTTL})},
-		{"resource heartbeat", jsonCall(http.MethodPost, u+"/v1/resources/machine%3Alonely/heartbeat", member, map[string]any{})},
-		{"delete resource", call{Method: http.MethodDelete, URL: u + "/v1/resources/machine%3Alonely", Auth: bearer(member)}},
-		{"acquire", jsonCall(http.MethodPost, u+"/v1/leases/port", member, wire.AcquireRequest{Machine: "lonely", Purpose: "x", TTLMs: memberTTL})},
+		{"resource heartbeat", testutil.JSONCall(http.MethodPost, u+"/v1/resources/machine%3Alonely/heartbeat", member, map[string]any{})},
+		{"delete resource", testutil.Call{Method: http.MethodDelete, URL: u + "/v1/resources/machine%3Alonely", Auth: testutil.Bearer(member)}},
+		{"acquire", testutil.JSONCall(http.MethodPost, u+"/v1/leases/port", member, wire.AcquireRequest{Machine: "lonely", Purpose: "x", TTLMs: memberTTL})},
 		{"lease heartbeat", leaseCall(http.MethodPost, u, lease.Port, member, lease.LeaseID)},
 		{"release", leaseCall(http.MethodDelete, u, lease.Port, member, lease.LeaseID)},
-		{"issue token", jsonCall(http.MethodPost, u+"/v1/tokens/member", admin, wire.IssueTokenRequest{Machine: "lonely"})},
-		{"revoke token", call{Method: http.MethodDelete, URL: u + "/v1/tokens/member/lonely", Auth: bearer(admin)}},
+		{"issue token", testutil.JSONCall(http.MethodPost, u+"/v1/tokens/member", admin, wire.IssueTokenRequest{Machine: "lonely"})},
+		{"revoke token", testutil.Call{Method: http.MethodDelete, URL: u + "/v1/tokens/member/lonely", Auth: testutil.Bearer(admin)}},
 	}
 	for _, w := range writes {
 		t.Run(w.name, func(t *testing.T) {
 			t.Parallel()
-			r := send(t, noRetry(w.call))
-			wantError(t, w.name+" without a leader", r, http.StatusServiceUnavailable, wire.CodeNoLeader)
-			if r.Header.Get("Retry-After") == "" {
-				t.Errorf("%s: 503 without Retry-After", w.name)
-			}
-			if r.Elapsed >= noLeaderBound {
-				t.Errorf("%s answered 503 after %v, want within 1 s (bound %v)", w.name, r.Elapsed, noLeaderBound)
-			}
-			t.Logf("%s: 503 %s after %v", w.name, wire.CodeNoLeader, r.Elapsed)
+			r := testutil.Send(t, noRetry(w.call))
+			// WantError checks the JSON {error, message} body and, on a 503, Retry-After.
+			testutil.WantError(t, w.name+" without a leader", r, http.StatusServiceUnavailable, wire.CodeNoLeader)
 		})
 	}
 
 	t.Run("ready and primary", func(t *testing.T) {
-		r := send(t, call{Method: http.MethodGet, URL: u + "/v1/ready", NoRetry: true})
-		wantError(t, "GET /v1/ready", r, http.StatusServiceUnavailable, "")
-		r = send(t, call{Method: http.MethodGet, URL: u + "/v1/primary"})
-		wantStatus(t, "GET /v1/primary", r, http.StatusOK)
-		if p := decodeWire[wire.Primary](t, r); p.Known {
+		r := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: u + "/v1/ready", NoRetry: true})
+		testutil.WantError(t, "GET /v1/ready", r, http.StatusServiceUnavailable, "")
+		r = testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: u + "/v1/primary"})
+		testutil.WantStatus(t, "GET /v1/primary", r, http.StatusOK)
+		if p := testutil.Decode[wire.Primary](t, r); p.Known {
 			t.Errorf("GET /v1/primary without a leader = %+v, want known false", p)
 		}
 	})

@@ -10,6 +10,8 @@ import (
 
 	"github.com/elanous/elanous-node/api/apitest"
 	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/elanous/elanous-node/member"
 )
 
 const (
@@ -23,11 +25,11 @@ const (
 // leader and each follower (which forward writes). Every success body is
 // decoded strictly into the api/wire types.
 func TestServer_TypeScriptProtocol(t *testing.T) {
-	if got, want := encodeURIComponent("machine:mbp"), "machine%3Ambp"; got != want {
-		t.Fatalf("encodeURIComponent(machine:mbp) = %q, want %q", got, want)
+	if got, want := member.EscapeID("machine:mbp"), "machine%3Ambp"; got != want {
+		t.Fatalf("member.EscapeID(machine:mbp) = %q, want %q", got, want)
 	}
-	if got, want := encodeURIComponent("instance:host/1"), "instance%3Ahost%2F1"; got != want {
-		t.Fatalf("encodeURIComponent(instance:host/1) = %q, want %q", got, want)
+	if got, want := member.EscapeID("instance:host/1"), "instance%3Ahost%2F1"; got != want {
+		t.Fatalf("member.EscapeID(instance:host/1) = %q, want %q", got, want)
 	}
 	c := apitest.Start(t, clusterOptions())
 	leader := c.Leader()
@@ -53,7 +55,7 @@ func TestServer_TypeScriptProtocol(t *testing.T) {
 // their encodeURIComponent'd ids, delete, then a heartbeat gets 404 (on
 // which the client re-registers).
 func memberFlow(t *testing.T, c *apitest.Cluster, url string) {
-	member := c.Tokens.Member
+	memberToken := c.Tokens.Member
 	now := time.Now().UnixMilli()
 	load := func(at int64) map[string]any {
 		return map[string]any{"loadAvg": []float64{0.52, 0.31, 0.2}, "cpuCount": 8,
@@ -73,14 +75,14 @@ func memberFlow(t *testing.T, c *apitest.Cluster, url string) {
 	}
 	registered := map[string]wire.Resource{}
 	for _, body := range []map[string]any{machineBody, instanceBody} {
-		r := send(t, jsonCall(http.MethodPost, url+"/v1/resources/register", member, body))
-		wantStatus(t, "register "+body["id"].(string), r, http.StatusOK)
-		res := decodeWire[wire.Resource](t, r)
+		r := testutil.Send(t, testutil.JSONCall(http.MethodPost, url+"/v1/resources/register", memberToken, body))
+		testutil.WantStatus(t, "register "+body["id"].(string), r, http.StatusOK)
+		res := testutil.Decode[wire.Resource](t, r)
 		if res.ID != body["id"] || res.Kind != body["kind"] || res.Name != body["name"] || res.Machine != "mbp" {
 			t.Fatalf("register = %+v, want the id, kind, name and machine sent", res)
 		}
-		if res.Owner != fingerprint(member) {
-			t.Errorf("register owner = %q, want the token fingerprint %q (the client's owner is ignored)", res.Owner, fingerprint(member))
+		if res.Owner != fingerprint(memberToken) {
+			t.Errorf("register owner = %q, want the token fingerprint %q (the client's owner is ignored)", res.Owner, fingerprint(memberToken))
 		}
 		if res.TTLMs != memberTTL || res.ObservedAt != now || res.ExpiresAt != res.RenewedAt+memberTTL {
 			t.Errorf("register ttlMs=%d observedAt=%d expiresAt=%d renewedAt=%d, want ttl %d, observedAt %d, expiresAt = renewedAt + ttl",
@@ -101,21 +103,21 @@ func memberFlow(t *testing.T, c *apitest.Cluster, url string) {
 		{"instance:host/1", "/v1/resources/instance%3Ahost%2F1/heartbeat", map[string]any{}},
 	}
 	for _, hb := range heartbeats {
-		if got := "/v1/resources/" + encodeURIComponent(hb.id) + "/heartbeat"; got != hb.path {
+		if got := "/v1/resources/" + member.EscapeID(hb.id) + "/heartbeat"; got != hb.path {
 			t.Fatalf("heartbeat path = %q, want %q", got, hb.path)
 		}
-		r := send(t, jsonCall(http.MethodPost, url+hb.path, member, hb.body))
-		wantStatus(t, "heartbeat "+hb.id, r, http.StatusOK)
-		got := decodeWire[wire.HeartbeatResponse](t, r)
+		r := testutil.Send(t, testutil.JSONCall(http.MethodPost, url+hb.path, memberToken, hb.body))
+		testutil.WantStatus(t, "heartbeat "+hb.id, r, http.StatusOK)
+		got := testutil.Decode[wire.HeartbeatResponse](t, r)
 		if got.ID != hb.id || got.ExpiresAt < registered[hb.id].ExpiresAt {
 			t.Fatalf("heartbeat %s = %+v, want id %q and expiresAt >= %d", hb.id, got, hb.id, registered[hb.id].ExpiresAt)
 		}
 	}
 
 	// attrs are merged key by key: duties kept, load replaced.
-	r := send(t, call{Method: http.MethodGet, URL: url + "/v1/resources/machine%3Ambp?consistent=true", Auth: bearer(c.Tokens.Query)})
-	wantStatus(t, "GET machine:mbp", r, http.StatusOK)
-	res := decodeWire[wire.Resource](t, r)
+	r := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: url + "/v1/resources/machine%3Ambp?consistent=true", Auth: testutil.Bearer(c.Tokens.Query)})
+	testutil.WantStatus(t, "GET machine:mbp", r, http.StatusOK)
+	res := testutil.Decode[wire.Resource](t, r)
 	var gotLoad struct {
 		ObservedAt int64 `json:"observedAt"`
 	}
@@ -125,27 +127,27 @@ func memberFlow(t *testing.T, c *apitest.Cluster, url string) {
 	if string(res.Attrs["duties"]) != `["nexus"]` {
 		t.Errorf("attrs.duties after heartbeat = %s, want [\"nexus\"] kept", res.Attrs["duties"])
 	}
-	r = send(t, call{Method: http.MethodGet, URL: url + "/v1/resources?kind=instance&machine=mbp&consistent=true", Auth: bearer(c.Tokens.Query)})
-	wantStatus(t, "GET /v1/resources?kind=instance", r, http.StatusOK)
-	list := decodeWire[[]wire.Resource](t, r)
+	r = testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: url + "/v1/resources?kind=instance&machine=mbp&consistent=true", Auth: testutil.Bearer(c.Tokens.Query)})
+	testutil.WantStatus(t, "GET /v1/resources?kind=instance", r, http.StatusOK)
+	list := testutil.Decode[[]wire.Resource](t, r)
 	if len(list) != 1 || list[0].ID != "instance:host/1" {
 		t.Errorf("GET /v1/resources?kind=instance&machine=mbp = %+v, want [instance:host/1]", list)
 	}
 
 	for _, hb := range heartbeats {
-		del := send(t, call{Method: http.MethodDelete, URL: url + "/v1/resources/" + encodeURIComponent(hb.id), Auth: bearer(member)})
-		wantStatus(t, "DELETE "+hb.id, del, http.StatusNoContent)
+		del := testutil.Send(t, testutil.Call{Method: http.MethodDelete, URL: url + "/v1/resources/" + member.EscapeID(hb.id), Auth: testutil.Bearer(memberToken)})
+		testutil.WantStatus(t, "DELETE "+hb.id, del, http.StatusNoContent)
 		if len(del.Body) != 0 {
 			t.Errorf("DELETE %s body = %q, want empty", hb.id, del.Body)
 		}
-		r := send(t, jsonCall(http.MethodPost, url+hb.path, member, hb.body))
-		wantError(t, "heartbeat after delete "+hb.id, r, http.StatusNotFound, wire.CodeNotFound)
+		r := testutil.Send(t, testutil.JSONCall(http.MethodPost, url+hb.path, memberToken, hb.body))
+		testutil.WantError(t, "heartbeat after delete "+hb.id, r, http.StatusNotFound, wire.CodeNotFound)
 	}
 	// On 404 the client re-registers at once.
-	r = send(t, jsonCall(http.MethodPost, url+"/v1/resources/register", member, machineBody))
-	wantStatus(t, "re-register after 404", r, http.StatusOK)
-	r = send(t, call{Method: http.MethodDelete, URL: url + "/v1/resources/machine%3Ambp", Auth: bearer(member)})
-	wantStatus(t, "DELETE after re-register", r, http.StatusNoContent)
+	r = testutil.Send(t, testutil.JSONCall(http.MethodPost, url+"/v1/resources/register", memberToken, machineBody))
+	testutil.WantStatus(t, "re-register after 404", r, http.StatusOK)
+	r = testutil.Send(t, testutil.Call{Method: http.MethodDelete, URL: url + "/v1/resources/machine%3Ambp", Auth: testutil.Bearer(memberToken)})
+	testutil.WantStatus(t, "DELETE after re-register", r, http.StatusNoContent)
 }
 
 // portLeaseFlow is port-lease-heartbeat.ts around an acquire.
@@ -171,9 +173,9 @@ func portLeaseFlow(t *testing.T, c *apitest.Cluster, url, machineToken string) {
 	if hb.Body != "" || hb.ContentType != "" {
 		t.Fatalf("lease heartbeat must carry no body and no content type")
 	}
-	r := send(t, hb)
-	wantStatus(t, "lease heartbeat", r, http.StatusOK)
-	got := decodeWire[wire.LeaseHeartbeatResponse](t, r)
+	r := testutil.Send(t, hb)
+	testutil.WantStatus(t, "lease heartbeat", r, http.StatusOK)
+	got := testutil.Decode[wire.LeaseHeartbeatResponse](t, r)
 	if got.Port != l.Port || got.LeaseID != l.LeaseID || got.ExpiresAt < l.ExpiresAt {
 		t.Fatalf("lease heartbeat = %+v, want port %d, lease %s, expiresAt >= %d", got, l.Port, l.LeaseID, l.ExpiresAt)
 	}
@@ -181,7 +183,7 @@ func portLeaseFlow(t *testing.T, c *apitest.Cluster, url, machineToken string) {
 
 	errorsCases := []struct {
 		name   string
-		call   call
+		call   testutil.Call
 		status int
 		code   string
 	}{
@@ -198,16 +200,16 @@ func portLeaseFlow(t *testing.T, c *apitest.Cluster, url, machineToken string) {
 	}
 	for _, tc := range errorsCases {
 		t.Run(tc.name, func(t *testing.T) {
-			wantError(t, tc.name, send(t, tc.call), tc.status, tc.code)
+			testutil.WantError(t, tc.name, testutil.Send(t, tc.call), tc.status, tc.code)
 		})
 	}
 
-	r = send(t, leaseCall(http.MethodDelete, url, l.Port, member, l.LeaseID))
-	wantStatus(t, "release", r, http.StatusNoContent)
-	r = send(t, leaseCall(http.MethodDelete, url, l.Port, member, l.LeaseID))
-	wantError(t, "release again", r, http.StatusNotFound, wire.CodeNotFound)
-	r = send(t, leaseCall(http.MethodPost, url, l.Port, member, l.LeaseID))
-	wantError(t, "heartbeat after release", r, http.StatusNotFound, wire.CodeNotFound)
+	r = testutil.Send(t, leaseCall(http.MethodDelete, url, l.Port, member, l.LeaseID))
+	testutil.WantStatus(t, "release", r, http.StatusNoContent)
+	r = testutil.Send(t, leaseCall(http.MethodDelete, url, l.Port, member, l.LeaseID))
+	testutil.WantError(t, "release again", r, http.StatusNotFound, wire.CodeNotFound)
+	r = testutil.Send(t, leaseCall(http.MethodPost, url, l.Port, member, l.LeaseID))
+	testutil.WantError(t, "heartbeat after release", r, http.StatusNotFound, wire.CodeNotFound)
 }
 
 // unleasedPort returns a port of the band with no lease on the leader.
@@ -226,8 +228,8 @@ func unleasedPort(t *testing.T, c *apitest.Cluster) int {
 	return 0
 }
 
-func acquireCall(url, token, key string, req wire.AcquireRequest) call {
-	cl := jsonCall(http.MethodPost, url+"/v1/leases/port", token, req)
+func acquireCall(url, token, key string, req wire.AcquireRequest) testutil.Call {
+	cl := testutil.JSONCall(http.MethodPost, url+"/v1/leases/port", token, req)
 	if key != "" {
 		cl.Header = map[string]string{wire.HeaderIdempotencyKey: key}
 	}
@@ -243,24 +245,24 @@ func idempotencyFlow(t *testing.T, c *apitest.Cluster, url, machineToken string)
 	req := wire.AcquireRequest{Machine: "mbp", Purpose: "dev-server", TTLMs: memberTTL}
 	key := "acquire-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 
-	r := send(t, acquireCall(url, member, key, req))
-	wantStatus(t, "acquire with key", r, http.StatusCreated)
-	first := decodeWire[wire.PortLease](t, r)
+	r := testutil.Send(t, acquireCall(url, member, key, req))
+	testutil.WantStatus(t, "acquire with key", r, http.StatusCreated)
+	first := testutil.Decode[wire.PortLease](t, r)
 	if first.Port != bandStart {
 		t.Fatalf("first acquire port = %d, want %d (the band is free)", first.Port, bandStart)
 	}
-	r = send(t, acquireCall(url, member, key, req))
-	wantStatus(t, "repeat acquire with key", r, http.StatusCreated)
-	if again := decodeWire[wire.PortLease](t, r); again != first {
+	r = testutil.Send(t, acquireCall(url, member, key, req))
+	testutil.WantStatus(t, "repeat acquire with key", r, http.StatusCreated)
+	if again := testutil.Decode[wire.PortLease](t, r); again != first {
 		t.Fatalf("repeat acquire with the same key = %+v, want the same lease %+v", again, first)
 	}
 	second := acquire(t, url, member, req)
 	if second.Port != first.Port+1 || second.LeaseID == first.LeaseID {
 		t.Fatalf("second acquire = port %d lease %s, want port %d and a new lease id", second.Port, second.LeaseID, first.Port+1)
 	}
-	r = send(t, acquireCall(url, machineToken, key, req))
-	wantStatus(t, "acquire with the key by another owner", r, http.StatusCreated)
-	other := decodeWire[wire.PortLease](t, r)
+	r = testutil.Send(t, acquireCall(url, machineToken, key, req))
+	testutil.WantStatus(t, "acquire with the key by another owner", r, http.StatusCreated)
+	other := testutil.Decode[wire.PortLease](t, r)
 	if other.LeaseID == first.LeaseID || other.Port == first.Port || other.Owner != fingerprint(machineToken) {
 		t.Fatalf("same key from another owner = %+v, want a new lease owned by %s", other, fingerprint(machineToken))
 	}
@@ -286,6 +288,6 @@ func exhaustionFlow(t *testing.T, c *apitest.Cluster, url string) {
 	if last.Port != free {
 		t.Fatalf("acquire with %d ports excluded got port %d, want %d", len(excluded), last.Port, free)
 	}
-	r := send(t, jsonCall(http.MethodPost, url+"/v1/leases/port", member, req))
-	wantError(t, "acquire from an exhausted band", r, http.StatusConflict, wire.CodePortBandExhausted)
+	r := testutil.Send(t, testutil.JSONCall(http.MethodPost, url+"/v1/leases/port", member, req))
+	testutil.WantError(t, "acquire from an exhausted band", r, http.StatusConflict, wire.CodePortBandExhausted)
 }

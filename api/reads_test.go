@@ -13,20 +13,22 @@ import (
 	"github.com/elanous/elanous-node/api/apitest"
 	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/fsm"
+	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/elanous/elanous-node/member"
 )
 
 // blockingGet starts a blocking GET on another goroutine and returns a
 // channel with its reply (status 0 and the error text on a transport error)
 // and a channel closed once the request is on the wire.
-func blockingGet(c call) (<-chan reply, <-chan struct{}) {
-	out := make(chan reply, 1)
+func blockingGet(c testutil.Call) (<-chan testutil.Reply, <-chan struct{}) {
+	out := make(chan testutil.Reply, 1)
 	wrote := make(chan struct{})
 	var once sync.Once
 	c.OnWrote = func() { once.Do(func() { close(wrote) }) }
 	go func() {
-		r, err := do(c)
+		r, err := testutil.Do(c)
 		if err != nil {
-			r = reply{Body: []byte(err.Error())}
+			r = testutil.Reply{Body: []byte(err.Error())}
 			once.Do(func() { close(wrote) })
 		}
 		out <- r
@@ -41,7 +43,7 @@ func blockingGet(c call) (<-chan reply, <-chan struct{}) {
 // leader.
 func TestServer_Reads(t *testing.T) {
 	c := apitest.Start(t, clusterOptions())
-	query, member := c.Tokens.Query, c.Tokens.Member
+	query, memberToken := c.Tokens.Query, c.Tokens.Member
 	li := c.Leader()
 	leader := c.Nodes[li]
 
@@ -50,9 +52,9 @@ func TestServer_Reads(t *testing.T) {
 		c.WaitApplied()
 		var hashes []string
 		for _, n := range c.Nodes {
-			r := send(t, call{Method: http.MethodGet, URL: n.URL + "/v1/cluster/status", Auth: bearer(query)})
-			wantStatus(t, "GET /v1/cluster/status on "+n.Machine, r, http.StatusOK)
-			st := decodeWire[wire.ClusterStatus](t, r)
+			r := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: n.URL + "/v1/cluster/status", Auth: testutil.Bearer(query)})
+			testutil.WantStatus(t, "GET /v1/cluster/status on "+n.Machine, r, http.StatusOK)
+			st := testutil.Decode[wire.ClusterStatus](t, r)
 			voters := 0
 			for _, s := range st.Configuration {
 				if s.Suffrage == "Voter" {
@@ -79,14 +81,14 @@ func TestServer_Reads(t *testing.T) {
 	})
 
 	t.Run("read headers", func(t *testing.T) {
-		l := acquire(t, leader.URL, member, wire.AcquireRequest{Machine: "reader", Purpose: "headers", TTLMs: memberTTL})
+		l := acquire(t, leader.URL, memberToken, wire.AcquireRequest{Machine: "reader", Purpose: "headers", TTLMs: memberTTL})
 		c.WaitApplied()
 		for _, n := range c.Nodes {
 			gen := n.Node.FSM().Primary().Generation
 			for _, path := range []string{"/v1/resources", "/v1/leases/port", "/v1/primary"} {
-				r := send(t, call{Method: http.MethodGet, URL: n.URL + path, Auth: bearer(query)})
+				r := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: n.URL + path, Auth: testutil.Bearer(query)})
 				what := "GET " + path + " on " + n.Machine
-				wantStatus(t, what, r, http.StatusOK)
+				testutil.WantStatus(t, what, r, http.StatusOK)
 				if got := headerUint(t, r, wire.HeaderGeneration); got != gen || gen == 0 {
 					t.Errorf("%s: %s = %d, want %d", what, wire.HeaderGeneration, got, gen)
 				}
@@ -124,19 +126,19 @@ func TestServer_Reads(t *testing.T) {
 		defer releaseAll(t, c)
 		for i := range 10 {
 			id := fmt.Sprintf("instance:consistent/%d", i)
-			r := send(t, jsonCall(http.MethodPost, leader.URL+"/v1/resources/register", member, wire.RegisterRequest{
+			r := testutil.Send(t, testutil.JSONCall(http.MethodPost, leader.URL+"/v1/resources/register", memberToken, wire.RegisterRequest{
 				ID: id, Kind: "instance", Name: id, Machine: "reader", TTLMs: memberTTL,
 			}))
-			wantStatus(t, "register through the leader", r, http.StatusOK)
-			r = send(t, call{Method: http.MethodGet, URL: follower.URL + "/v1/resources/" + encodeURIComponent(id) + "?consistent=true", Auth: bearer(query)})
-			wantStatus(t, "consistent GET of "+id+" through a follower", r, http.StatusOK)
-			if got := decodeWire[wire.Resource](t, r); got.ID != id {
+			testutil.WantStatus(t, "register through the leader", r, http.StatusOK)
+			r = testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: follower.URL + "/v1/resources/" + member.EscapeID(id) + "?consistent=true", Auth: testutil.Bearer(query)})
+			testutil.WantStatus(t, "consistent GET of "+id+" through a follower", r, http.StatusOK)
+			if got := testutil.Decode[wire.Resource](t, r); got.ID != id {
 				t.Fatalf("consistent GET = %+v, want %s", got, id)
 			}
-			l := acquire(t, leader.URL, member, wire.AcquireRequest{Machine: "reader", Purpose: "consistent", TTLMs: memberTTL})
-			r = send(t, call{Method: http.MethodGet, URL: follower.URL + "/v1/leases/port/" + strconv.Itoa(l.Port) + "?consistent=true", Auth: bearer(query)})
-			wantStatus(t, "consistent GET of the lease through a follower", r, http.StatusOK)
-			if got := decodeWire[wire.PortLease](t, r); got != l {
+			l := acquire(t, leader.URL, memberToken, wire.AcquireRequest{Machine: "reader", Purpose: "consistent", TTLMs: memberTTL})
+			r = testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: follower.URL + "/v1/leases/port/" + strconv.Itoa(l.Port) + "?consistent=true", Auth: testutil.Bearer(query)})
+			testutil.WantStatus(t, "consistent GET of the lease through a follower", r, http.StatusOK)
+			if got := testutil.Decode[wire.PortLease](t, r); got != l {
 				t.Fatalf("consistent GET of port %d = %+v, want %+v", l.Port, got, l)
 			}
 			if got := headerUint(t, r, wire.HeaderIndex); got < l.Fence {
@@ -148,14 +150,14 @@ func TestServer_Reads(t *testing.T) {
 	t.Run("blocking query wakes on a change", func(t *testing.T) {
 		defer releaseAll(t, c)
 		c.WaitApplied() // the releases of the last subtest are applied: the next change is ours
-		r := send(t, call{Method: http.MethodGet, URL: follower.URL + "/v1/leases/port", Auth: bearer(query)})
+		r := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: follower.URL + "/v1/leases/port", Auth: testutil.Bearer(query)})
 		n := headerUint(t, r, wire.HeaderIndex)
 		const wait = 5 * time.Second
-		out, wrote := blockingGet(call{Method: http.MethodGet, URL: fmt.Sprintf("%s/v1/leases/port?index=%d&wait=%s", follower.URL, n, wait), Auth: bearer(query)})
+		out, wrote := blockingGet(testutil.Call{Method: http.MethodGet, URL: fmt.Sprintf("%s/v1/leases/port?index=%d&wait=%s", follower.URL, n, wait), Auth: testutil.Bearer(query)})
 		<-wrote
-		l := acquire(t, leader.URL, member, wire.AcquireRequest{Machine: "reader", Purpose: "wake", TTLMs: memberTTL})
+		l := acquire(t, leader.URL, memberToken, wire.AcquireRequest{Machine: "reader", Purpose: "wake", TTLMs: memberTTL})
 		got := <-out
-		wantStatus(t, "blocking GET", got, http.StatusOK)
+		testutil.WantStatus(t, "blocking GET", got, http.StatusOK)
 		if idx := headerUint(t, got, wire.HeaderIndex); idx <= n {
 			t.Fatalf("blocking GET %s = %d, want > %d", wire.HeaderIndex, idx, n)
 		}
@@ -171,11 +173,11 @@ func TestServer_Reads(t *testing.T) {
 	t.Run("blocking query times out unchanged", func(t *testing.T) {
 		c.WaitApplied()
 		for _, n := range []*apitest.Node{leader, follower} {
-			r := send(t, call{Method: http.MethodGet, URL: n.URL + "/v1/leases/port", Auth: bearer(query)})
+			r := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: n.URL + "/v1/leases/port", Auth: testutil.Bearer(query)})
 			idx := headerUint(t, r, wire.HeaderIndex)
 			const wait = 300 * time.Millisecond
-			got := send(t, call{Method: http.MethodGet, URL: fmt.Sprintf("%s/v1/leases/port?index=%d&wait=300ms", n.URL, idx), Auth: bearer(query)})
-			wantStatus(t, "blocking GET", got, http.StatusOK)
+			got := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: fmt.Sprintf("%s/v1/leases/port?index=%d&wait=300ms", n.URL, idx), Auth: testutil.Bearer(query)})
+			testutil.WantStatus(t, "blocking GET", got, http.StatusOK)
 			if after := headerUint(t, got, wire.HeaderIndex); after != idx {
 				t.Fatalf("blocking GET on %s returned index %d, want the same %d", n.Machine, after, idx)
 			}
@@ -186,18 +188,18 @@ func TestServer_Reads(t *testing.T) {
 	})
 
 	t.Run("resource heartbeat does not wake a primary watcher", func(t *testing.T) {
-		r := send(t, jsonCall(http.MethodPost, leader.URL+"/v1/resources/register", member, wire.RegisterRequest{
+		r := testutil.Send(t, testutil.JSONCall(http.MethodPost, leader.URL+"/v1/resources/register", memberToken, wire.RegisterRequest{
 			ID: "machine:watched", Kind: "machine", Name: "watched", Machine: "watched", TTLMs: memberTTL,
 		}))
-		wantStatus(t, "register", r, http.StatusOK)
-		r = send(t, call{Method: http.MethodGet, URL: follower.URL + "/v1/primary"})
+		testutil.WantStatus(t, "register", r, http.StatusOK)
+		r = testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: follower.URL + "/v1/primary"})
 		n := headerUint(t, r, wire.HeaderIndex)
 		resBefore := follower.Node.FSM().Index(fsm.TableResources)
 		const wait = 500 * time.Millisecond
-		out, wrote := blockingGet(call{Method: http.MethodGet, URL: fmt.Sprintf("%s/v1/primary?index=%d&wait=500ms", follower.URL, n)})
+		out, wrote := blockingGet(testutil.Call{Method: http.MethodGet, URL: fmt.Sprintf("%s/v1/primary?index=%d&wait=500ms", follower.URL, n)})
 		<-wrote
 		heartbeats := 0
-		var got reply
+		var got testutil.Reply
 	loop:
 		for {
 			select {
@@ -205,11 +207,11 @@ func TestServer_Reads(t *testing.T) {
 				break loop
 			default:
 			}
-			hb := send(t, jsonCall(http.MethodPost, leader.URL+"/v1/resources/machine%3Awatched/heartbeat", member, map[string]any{"attrs": map[string]int{"n": heartbeats}}))
-			wantStatus(t, "heartbeat", hb, http.StatusOK)
+			hb := testutil.Send(t, testutil.JSONCall(http.MethodPost, leader.URL+"/v1/resources/machine%3Awatched/heartbeat", memberToken, map[string]any{"attrs": map[string]int{"n": heartbeats}}))
+			testutil.WantStatus(t, "heartbeat", hb, http.StatusOK)
 			heartbeats++
 		}
-		wantStatus(t, "blocking GET /v1/primary", got, http.StatusOK)
+		testutil.WantStatus(t, "blocking GET /v1/primary", got, http.StatusOK)
 		if after := headerUint(t, got, wire.HeaderIndex); after != n {
 			t.Fatalf("blocking GET /v1/primary returned index %d, want the same %d", after, n)
 		}
@@ -226,10 +228,10 @@ func TestServer_Reads(t *testing.T) {
 		gen := leader.Node.FSM().Primary().Generation
 		for _, n := range c.Nodes {
 			var p wire.Primary
-			waitFor(t, n.Machine+" to report known:true", 5*time.Second, func() bool {
-				r := send(t, call{Method: http.MethodGet, URL: n.URL + "/v1/primary"})
-				wantStatus(t, "GET /v1/primary", r, http.StatusOK)
-				p = decodeWire[wire.Primary](t, r)
+			testutil.WaitFor(t, n.Machine+" to report known:true", 5*time.Second, func() bool {
+				r := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: n.URL + "/v1/primary"})
+				testutil.WantStatus(t, "GET /v1/primary", r, http.StatusOK)
+				p = testutil.Decode[wire.Primary](t, r)
 				return p.Known
 			})
 			if p.Holder != leader.Machine || p.URL != leader.URL || p.Generation != gen || gen < 1 {
@@ -241,17 +243,17 @@ func TestServer_Reads(t *testing.T) {
 	t.Run("health and ready", func(t *testing.T) {
 		for _, n := range c.Nodes {
 			for _, path := range []string{"/v1/health", "/v1/ready"} {
-				r := send(t, call{Method: http.MethodGet, URL: n.URL + path})
-				wantStatus(t, "GET "+path+" on "+n.Machine, r, http.StatusOK)
+				r := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: n.URL + path})
+				testutil.WantStatus(t, "GET "+path+" on "+n.Machine, r, http.StatusOK)
 			}
 		}
 	})
 
 	t.Run("metrics", func(t *testing.T) {
 		for _, n := range c.Nodes {
-			send(t, call{Method: http.MethodGet, URL: n.URL + "/v1/health"}) // at least one request counted
-			r := send(t, call{Method: http.MethodGet, URL: n.URL + "/metrics"})
-			wantStatus(t, "GET /metrics on "+n.Machine, r, http.StatusOK)
+			testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: n.URL + "/v1/health"}) // at least one request counted
+			r := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: n.URL + "/metrics"})
+			testutil.WantStatus(t, "GET /metrics on "+n.Machine, r, http.StatusOK)
 			if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "text/plain" {
 				t.Errorf("GET /metrics Content-Type = %q, want text/plain", r.Header.Get("Content-Type"))
 			}
@@ -272,10 +274,10 @@ func TestServer_Reads(t *testing.T) {
 				continue
 			}
 			var p wire.Primary
-			var r reply
-			waitFor(t, n.Machine+" to serve a higher generation", 10*time.Second, func() bool {
-				r = send(t, call{Method: http.MethodGet, URL: n.URL + "/v1/primary"})
-				p = decodeWire[wire.Primary](t, r)
+			var r testutil.Reply
+			testutil.WaitFor(t, n.Machine+" to serve a higher generation", 10*time.Second, func() bool {
+				r = testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: n.URL + "/v1/primary"})
+				p = testutil.Decode[wire.Primary](t, r)
 				return p.Known && p.Generation > gen
 			})
 			if h := headerUint(t, r, wire.HeaderGeneration); h != p.Generation {

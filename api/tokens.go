@@ -20,7 +20,7 @@ func (s *Server) issueToken(c echo.Context) (wire.IssuedToken, error) {
 	if err := decodeStrict(c, &req, false); err != nil {
 		return wire.IssuedToken{}, err
 	}
-	if !fsm.ValidMachine(req.Machine) {
+	if !wire.ValidMachine(req.Machine) {
 		return wire.IssuedToken{}, badRequest(fmt.Sprintf("machine %q is not a valid machine name", req.Machine))
 	}
 	var secret [32]byte
@@ -42,7 +42,7 @@ func (s *Server) revokeToken(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if !fsm.ValidMachine(machine) {
+	if !wire.ValidMachine(machine) {
 		return badRequest(fmt.Sprintf("machine %q is not a valid machine name", machine))
 	}
 	if _, err := s.propose(c, fsm.RevokeToken{Machine: machine}); err != nil {

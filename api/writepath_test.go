@@ -12,6 +12,8 @@ import (
 	"github.com/elanous/elanous-node/api"
 	"github.com/elanous/elanous-node/api/apitest"
 	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/elanous/elanous-node/member"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -122,9 +124,9 @@ func TestServer_FollowerForwardsBeforeHandler(t *testing.T) {
 			return c.counter(t, li, "elanous_http_requests_total", "route", "/v1/resources/register", "method", "POST", "code", "400")
 		}
 		forwards, leader400 := forwardsOK(), route()
-		r := send(t, call{Method: http.MethodPost, URL: follower.URL + "/v1/resources/register", Auth: bearer(c.Tokens.Member),
+		r := testutil.Send(t, testutil.Call{Method: http.MethodPost, URL: follower.URL + "/v1/resources/register", Auth: testutil.Bearer(c.Tokens.Member),
 			Body: `{"id":`, ContentType: "application/json"})
-		wantError(t, "malformed register through the follower", r, http.StatusBadRequest, wire.CodeInvalidRequest)
+		testutil.WantError(t, "malformed register through the follower", r, http.StatusBadRequest, wire.CodeInvalidRequest)
 		if got := forwardsOK() - forwards; got != 1 {
 			t.Errorf("the follower's elanous_forwards_total{result=ok} rose by %v for a malformed register, want 1: the follower decoded the body itself", got)
 		}
@@ -146,71 +148,71 @@ func TestServer_FollowerForwardsBeforeHandler(t *testing.T) {
 func TestServer_ReadYourWritesThroughFollower(t *testing.T) {
 	c := apitest.Start(t, clusterOptions())
 	follower := c.Nodes[c.Follower()]
-	u, member, admin, query := follower.URL, c.Tokens.Member, c.Tokens.Admin, c.Tokens.Query
+	u, memberToken, admin, query := follower.URL, c.Tokens.Member, c.Tokens.Admin, c.Tokens.Query
 	const rounds = 20
 
 	// written checks a write's answer: status want and an X-Elanous-Index the
 	// follower has applied.
-	written := func(t *testing.T, what string, r reply, want int) uint64 {
+	written := func(t *testing.T, what string, r testutil.Reply, want int) uint64 {
 		t.Helper()
-		wantStatus(t, what, r, want)
+		testutil.WantStatus(t, what, r, want)
 		index := headerUint(t, r, wire.HeaderIndex)
 		if applied := follower.Node.FSM().AppliedIndex(); applied < index {
 			t.Fatalf("%s: answered with %s %d while the follower had applied only %d", what, wire.HeaderIndex, index, applied)
 		}
 		return index
 	}
-	get := func(path, token string) reply {
-		return send(t, call{Method: http.MethodGet, URL: u + path, Auth: bearer(token)})
+	get := func(path, token string) testutil.Reply {
+		return testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: u + path, Auth: testutil.Bearer(token)})
 	}
 
 	t.Run("resources", func(t *testing.T) {
 		for i := range rounds {
 			id := fmt.Sprintf("machine:ryw-%d", i)
-			path := "/v1/resources/" + encodeURIComponent(id)
-			written(t, "register "+id, send(t, jsonCall(http.MethodPost, u+"/v1/resources/register", member, wire.RegisterRequest{
+			path := "/v1/resources/" + member.EscapeID(id)
+			written(t, "register "+id, testutil.Send(t, testutil.JSONCall(http.MethodPost, u+"/v1/resources/register", memberToken, wire.RegisterRequest{
 				ID: id, Kind: "machine", Name: "ryw", Machine: "ryw", TTLMs: memberTTL})), http.StatusOK)
-			wantStatus(t, "GET "+id+" right after its register", get(path, query), http.StatusOK)
+			testutil.WantStatus(t, "GET "+id+" right after its register", get(path, query), http.StatusOK)
 
-			r := send(t, jsonCall(http.MethodPost, u+path+"/heartbeat", member, wire.HeartbeatRequest{}))
+			r := testutil.Send(t, testutil.JSONCall(http.MethodPost, u+path+"/heartbeat", memberToken, wire.HeartbeatRequest{}))
 			written(t, "heartbeat "+id, r, http.StatusOK)
-			hb := decodeWire[wire.HeartbeatResponse](t, r)
-			got := decodeWire[wire.Resource](t, get(path, query))
+			hb := testutil.Decode[wire.HeartbeatResponse](t, r)
+			got := testutil.Decode[wire.Resource](t, get(path, query))
 			if got.ExpiresAt != hb.ExpiresAt {
 				t.Fatalf("GET %s right after its heartbeat: expiresAt %d, want the heartbeat's %d", id, got.ExpiresAt, hb.ExpiresAt)
 			}
 
-			written(t, "delete "+id, send(t, call{Method: http.MethodDelete, URL: u + path, Auth: bearer(member)}), http.StatusNoContent)
-			wantStatus(t, "GET "+id+" right after its delete", get(path, query), http.StatusNotFound)
+			written(t, "delete "+id, testutil.Send(t, testutil.Call{Method: http.MethodDelete, URL: u + path, Auth: testutil.Bearer(memberToken)}), http.StatusNoContent)
+			testutil.WantStatus(t, "GET "+id+" right after its delete", get(path, query), http.StatusNotFound)
 		}
 	})
 
 	t.Run("leases", func(t *testing.T) {
 		for i := range rounds {
-			r := send(t, jsonCall(http.MethodPost, u+"/v1/leases/port", member, wire.AcquireRequest{Machine: "ryw", Purpose: "ryw", TTLMs: memberTTL}))
+			r := testutil.Send(t, testutil.JSONCall(http.MethodPost, u+"/v1/leases/port", memberToken, wire.AcquireRequest{Machine: "ryw", Purpose: "ryw", TTLMs: memberTTL}))
 			index := written(t, "acquire", r, http.StatusCreated)
-			l := decodeWire[wire.PortLease](t, r)
+			l := testutil.Decode[wire.PortLease](t, r)
 			if l.Fence != index {
 				t.Fatalf("acquire %d: %s = %d, want the grant's index (its fence) %d", i, wire.HeaderIndex, index, l.Fence)
 			}
 			path := "/v1/leases/port/" + strconv.Itoa(l.Port)
-			if got := decodeWire[wire.PortLease](t, get(path, query)); got.LeaseID != l.LeaseID {
+			if got := testutil.Decode[wire.PortLease](t, get(path, query)); got.LeaseID != l.LeaseID {
 				t.Fatalf("GET %s right after the acquire = %+v, want lease %s", path, got, l.LeaseID)
 			}
-			r = send(t, leaseCall(http.MethodPost, u, l.Port, member, l.LeaseID))
+			r = testutil.Send(t, leaseCall(http.MethodPost, u, l.Port, memberToken, l.LeaseID))
 			written(t, "renew", r, http.StatusOK)
-			renewed := decodeWire[wire.LeaseHeartbeatResponse](t, r)
-			if got := decodeWire[wire.PortLease](t, get(path, query)); got.ExpiresAt != renewed.ExpiresAt {
+			renewed := testutil.Decode[wire.LeaseHeartbeatResponse](t, r)
+			if got := testutil.Decode[wire.PortLease](t, get(path, query)); got.ExpiresAt != renewed.ExpiresAt {
 				t.Fatalf("GET %s right after the renewal: expiresAt %d, want %d", path, got.ExpiresAt, renewed.ExpiresAt)
 			}
-			written(t, "release", send(t, leaseCall(http.MethodDelete, u, l.Port, member, l.LeaseID)), http.StatusNoContent)
-			wantStatus(t, "GET "+path+" right after its release", get(path, query), http.StatusNotFound)
+			written(t, "release", testutil.Send(t, leaseCall(http.MethodDelete, u, l.Port, memberToken, l.LeaseID)), http.StatusNoContent)
+			testutil.WantStatus(t, "GET "+path+" right after its release", get(path, query), http.StatusNotFound)
 		}
 	})
 
 	t.Run("tokens", func(t *testing.T) {
 		listed := func(machine string) bool {
-			for _, ti := range decodeWire[[]wire.TokenInfo](t, get("/v1/tokens/member", admin)) {
+			for _, ti := range testutil.Decode[[]wire.TokenInfo](t, get("/v1/tokens/member", admin)) {
 				if ti.Machine == machine {
 					return true
 				}
@@ -219,11 +221,11 @@ func TestServer_ReadYourWritesThroughFollower(t *testing.T) {
 		}
 		for i := range rounds {
 			machine := fmt.Sprintf("ryw-%d", i)
-			written(t, "issue "+machine, send(t, jsonCall(http.MethodPost, u+"/v1/tokens/member", admin, wire.IssueTokenRequest{Machine: machine})), http.StatusCreated)
+			written(t, "issue "+machine, testutil.Send(t, testutil.JSONCall(http.MethodPost, u+"/v1/tokens/member", admin, wire.IssueTokenRequest{Machine: machine})), http.StatusCreated)
 			if !listed(machine) {
 				t.Fatalf("GET /v1/tokens/member right after issuing %s does not list it", machine)
 			}
-			written(t, "revoke "+machine, send(t, call{Method: http.MethodDelete, URL: u + "/v1/tokens/member/" + machine, Auth: bearer(admin)}), http.StatusNoContent)
+			written(t, "revoke "+machine, testutil.Send(t, testutil.Call{Method: http.MethodDelete, URL: u + "/v1/tokens/member/" + machine, Auth: testutil.Bearer(admin)}), http.StatusNoContent)
 			if listed(machine) {
 				t.Fatalf("GET /v1/tokens/member right after revoking %s still lists it", machine)
 			}
@@ -243,20 +245,20 @@ func TestServer_ForwardedWriteAnnouncesCommit(t *testing.T) {
 	c := startObserved(t, opts)
 	fi := c.Follower()
 	follower := c.Nodes[fi]
-	member := c.Tokens.Member
-	l := acquire(t, c.Nodes[c.Leader()].URL, member, wire.AcquireRequest{Machine: "announce", Purpose: "commit", TTLMs: memberTTL})
-	applied := func(what string, r reply, want int) {
+	memberToken := c.Tokens.Member
+	l := acquire(t, c.Nodes[c.Leader()].URL, memberToken, wire.AcquireRequest{Machine: "announce", Purpose: "commit", TTLMs: memberTTL})
+	applied := func(what string, r testutil.Reply, want int) {
 		t.Helper()
-		wantStatus(t, what, r, want)
+		testutil.WantStatus(t, what, r, want)
 		index := headerUint(t, r, wire.HeaderIndex)
 		if got := follower.Node.FSM().AppliedIndex(); got < index {
 			t.Fatalf("%s through the follower: answered with %s %d while the follower had applied only %d", what, wire.HeaderIndex, index, got)
 		}
 	}
 	for i := range 5 {
-		applied(fmt.Sprintf("renewal %d", i), send(t, leaseCall(http.MethodPost, follower.URL, l.Port, member, l.LeaseID)), http.StatusOK)
+		applied(fmt.Sprintf("renewal %d", i), testutil.Send(t, leaseCall(http.MethodPost, follower.URL, l.Port, memberToken, l.LeaseID)), http.StatusOK)
 	}
-	applied("release", send(t, leaseCall(http.MethodDelete, follower.URL, l.Port, member, l.LeaseID)), http.StatusNoContent)
+	applied("release", testutil.Send(t, leaseCall(http.MethodDelete, follower.URL, l.Port, memberToken, l.LeaseID)), http.StatusNoContent)
 	if got := c.counter(t, fi, "elanous_forward_unapplied_total"); got != 0 {
 		t.Errorf("elanous_forward_unapplied_total on the follower = %v, want 0", got)
 	}

@@ -15,6 +15,7 @@ type leadership struct {
 	monoStart time.Time // monotonic reference taken with wallAtWin
 	ready     chan struct{}
 	cancel    context.CancelFunc
+	batcher   *batcher // nil when batching is off
 }
 
 // now is the lease clock: wallAtWin plus monotonic elapsed time.
@@ -62,6 +63,9 @@ func (n *Node) takeLead() {
 		ready:     make(chan struct{}),
 		cancel:    cancel,
 	}
+	if n.cfg.MaxBatch > 1 {
+		l.batcher = newBatcher(n, l)
+	}
 	n.mu.Lock()
 	n.lead = l
 	n.elected++
@@ -70,8 +74,15 @@ func (n *Node) takeLead() {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		n.lead1(ctx, l)
+		n.leadTerm(ctx, l)
 	}()
+	if l.batcher != nil {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			l.batcher.run(ctx)
+		}()
+	}
 }
 
 func (n *Node) stepDown() {
@@ -85,9 +96,9 @@ func (n *Node) stepDown() {
 	}
 }
 
-// lead1 runs one term of leadership: Barrier, ClaimPrimary, then sweeps.
+// leadTerm runs one term of leadership: Barrier, ClaimPrimary, then sweeps.
 // A failed barrier or claim is retried while this node still leads.
-func (n *Node) lead1(ctx context.Context, l *leadership) {
+func (n *Node) leadTerm(ctx context.Context, l *leadership) {
 	for attempt := 0; ; attempt++ {
 		p, err := n.claim(ctx, l)
 		if err == nil {
@@ -102,6 +113,11 @@ func (n *Node) lead1(ctx context.Context, l *leadership) {
 		case <-time.After(n.cfg.HeartbeatTimeout):
 		}
 	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.raiseFormat(ctx, l)
+	}()
 	n.sweepLoop(ctx, l)
 }
 

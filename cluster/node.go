@@ -56,6 +56,15 @@ type Config struct {
 	SweepInterval time.Duration
 	// ClaimTimeout bounds the Barrier and the claim after an election; default 10s.
 	ClaimTimeout time.Duration
+	// MaxBatch is the most commands one group-commit entry carries; default
+	// 64, and 1 turns group commit off. Batches are proposed only once the
+	// cluster's format level is at least 2.
+	MaxBatch int
+	// MaxInflight is how many entries the batcher keeps in flight; default 2.
+	MaxInflight int
+	// FormatCheckInterval is how often a leader whose cluster is below this
+	// build's format level asks the servers for theirs; default 5s.
+	FormatCheckInterval time.Duration
 
 	// WallClock is read once per election won; default the system clock.
 	WallClock func() time.Time
@@ -85,6 +94,7 @@ func (c *Config) setDefaults() {
 	def(&c.Grace, 2*c.ElectionTimeout)
 	def(&c.SweepInterval, 5*time.Second)
 	def(&c.ClaimTimeout, 10*time.Second)
+	def(&c.FormatCheckInterval, 5*time.Second)
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = 8192
 	}
@@ -93,6 +103,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxAppendEntries == 0 {
 		c.MaxAppendEntries = 64
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = defaultMaxBatch
+	}
+	if c.MaxInflight == 0 {
+		c.MaxInflight = defaultMaxInflight
 	}
 	if c.WallClock == nil {
 		c.WallClock = systemWallClock
@@ -118,9 +134,11 @@ type Node struct {
 	wg       sync.WaitGroup
 
 	stats    applyStats
+	batches  batchStats
 	announce announcer
 
 	mu       sync.Mutex
+	probe    FormatProbe // guarded by mu
 	lead     *leadership // non-nil while this node leads; guarded by mu
 	closed   bool        // guarded by mu
 	elected  uint64      // elections won by this node; guarded by mu

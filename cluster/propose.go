@@ -34,6 +34,9 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (Applied, error) {
 	if err != nil {
 		return Applied{}, err
 	}
+	if l.batcher != nil && n.fsm.Format() >= 2 {
+		return l.batcher.propose(ctx, cmd)
+	}
 	return n.apply(ctx, fsm.Stamp(cmd, l.now()), 0)
 }
 

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elanous/elanous-node/fsm"
+	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/hashicorp/raft"
 )
 
@@ -23,7 +25,7 @@ func fastConfig(id string, cands []Candidate) Config {
 		ID: id, Candidates: cands, Bootstrap: true,
 		HeartbeatTimeout: 50 * time.Millisecond, ElectionTimeout: 50 * time.Millisecond,
 		LeaderLeaseTimeout: 50 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
-		SweepInterval: 100 * time.Millisecond,
+		SweepInterval: 100 * time.Millisecond, FormatCheckInterval: 100 * time.Millisecond,
 	}
 }
 
@@ -69,25 +71,11 @@ func newTestCluster(t *testing.T, n int, tweak func(i int, c *Config)) *testClus
 	return tc
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		<-tick.C
-	}
-}
-
 // readyLeader waits for a leader whose claim is applied and returns its index.
 func (tc *testCluster) readyLeader(except ...int) int {
 	tc.t.Helper()
 	var idx int
-	waitFor(tc.t, "a ready leader", 10*time.Second, func() bool {
+	testutil.WaitFor(tc.t, "a ready leader", 10*time.Second, func() bool {
 		for i, n := range tc.nodes {
 			if n == nil || contains(except, i) {
 				continue
@@ -110,6 +98,53 @@ func (tc *testCluster) isolate(i int) {
 			tc.trans[j].Disconnect(tc.trans[i].LocalAddr())
 		}
 	}
+}
+
+// heal reconnects every pair of nodes, undoing isolate.
+func (tc *testCluster) heal() {
+	for i := range tc.trans {
+		for j := range tc.trans {
+			if i != j {
+				tc.trans[i].Connect(tc.trans[j].LocalAddr(), tc.trans[j])
+			}
+		}
+	}
+}
+
+// slowTimeouts returns a tweak for newTestCluster that sets every node's
+// heartbeat and election timeout to d and its leader lease to lease (at most
+// d), and turns the periodic sweep off (SweepInterval one hour): only a due
+// record makes the leader sweep.
+func slowTimeouts(d, lease time.Duration) func(int, *Config) {
+	return func(_ int, c *Config) {
+		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = d, d, lease
+		c.SweepInterval = time.Hour
+	}
+}
+
+// commandsAfter returns the entries of node i's raft log after index that
+// carry a command of type typ (the node's whole log, committed or not).
+func (tc *testCluster) commandsAfter(i int, index uint64, typ fsm.CommandType) []raft.Log {
+	tc.t.Helper()
+	store := tc.stores[i].Logs
+	last, err := store.LastIndex()
+	if err != nil {
+		tc.t.Fatalf("LastIndex() error = %v", err)
+	}
+	var out []raft.Log
+	for idx := index + 1; idx <= last; idx++ {
+		var entry raft.Log
+		if err := store.GetLog(idx, &entry); err != nil {
+			continue // compacted or truncated meanwhile
+		}
+		if entry.Type != raft.LogCommand {
+			continue
+		}
+		if cmd, known, err := fsm.Decode(entry.Data); err == nil && known && cmd.Type() == typ {
+			out = append(out, entry)
+		}
+	}
+	return out
 }
 
 func contains(xs []int, x int) bool {

@@ -79,7 +79,7 @@ type ClusterConfig struct {
 
 // Candidate is one voter of the cluster: its name, API origin and Raft address.
 type Candidate struct {
-	// Machine is the candidate's name (its node.id), matching CandidateName.
+	// Machine is the candidate's name (its node.id), matching wire.ValidCandidate.
 	Machine string `mapstructure:"machine" json:"machine"`
 	// URL is the candidate's HTTP API origin, e.g. http://10.0.0.1:31413.
 	URL string `mapstructure:"url" json:"url"`

@@ -5,16 +5,12 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
-)
 
-// CandidateName is the pattern of a candidate's machine name (node.id and
-// cluster.candidates[].machine): lowercase letters, digits and "-", at most
-// 32 characters, not starting with "-".
-var CandidateName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
+	"github.com/elanous/elanous-node/api/wire"
+)
 
 // Limits on Raft timing, from hashicorp/raft's ValidateConfig.
 const (
@@ -25,54 +21,6 @@ const (
 
 // candidatesKey is the key of the candidate list, the prefix of its problems.
 const candidatesKey = "cluster.candidates"
-
-// ValidURL checks that s is an http or https origin — no user or password,
-// no query, no fragment, a path of "" or "/" — and returns it normalized to
-// scheme://host[:port], with the scheme and host lowercased and a default
-// port (80 for http, 443 for https) dropped. It follows the TypeScript
-// client's address() (URL.origin), so a URL from the config compares equal
-// to the one a member builds; unlike it, port 0 is refused and IPv4/IDN host
-// spellings are not rewritten.
-func ValidURL(s string) (string, error) {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "", fmt.Errorf("not a URL: %w", err)
-	}
-	// url.Parse lowercases the scheme.
-	switch path := u.EscapedPath(); {
-	case u.Scheme != "http" && u.Scheme != "https":
-		return "", fmt.Errorf("%q: scheme must be http or https", s)
-	case u.Opaque != "" || u.Hostname() == "":
-		return "", fmt.Errorf("%q: missing host", s)
-	case u.User != nil:
-		return "", fmt.Errorf("%q: must not carry a user or password", s)
-	case u.RawQuery != "":
-		return "", fmt.Errorf("%q: must not have a query", s)
-	case u.Fragment != "":
-		return "", fmt.Errorf("%q: must not have a fragment", s)
-	case path != "" && path != "/":
-		return "", fmt.Errorf("%q: must be an origin with no path (got path %q)", s, path)
-	}
-	host := strings.ToLower(u.Hostname())
-	port := u.Port()
-	if port != "" {
-		n, err := strconv.Atoi(port)
-		if err != nil || n < 1 || n > 65535 {
-			return "", fmt.Errorf("%q: port must be 1-65535", s)
-		}
-		port = strconv.Itoa(n)
-		if (u.Scheme == "http" && n == 80) || (u.Scheme == "https" && n == 443) {
-			port = ""
-		}
-	}
-	switch {
-	case port != "":
-		host = net.JoinHostPort(host, port)
-	case strings.Contains(host, ":"):
-		host = "[" + host + "]" // IPv6 literal
-	}
-	return u.Scheme + "://" + host, nil
-}
 
 // validAddr checks a host:port address with a port of 1-65535. With
 // advertise set the host must be one another machine can dial: not empty and
@@ -107,7 +55,7 @@ func advertisable(host string) error {
 
 // advertisedURL validates a URL other machines use and returns it normalized.
 func advertisedURL(s string) (string, error) {
-	norm, err := ValidURL(s)
+	norm, err := wire.ParseOrigin(s)
 	if err != nil {
 		return "", err
 	}
@@ -147,8 +95,8 @@ func (c Config) Validate() error {
 }
 
 func (c Config) validateNode(p *problems) {
-	if !CandidateName.MatchString(c.Node.ID) {
-		p.add("node.id", "%q must match %s", c.Node.ID, CandidateName)
+	if !wire.ValidCandidate(c.Node.ID) {
+		p.add("node.id", "%q must match %s", c.Node.ID, wire.CandidatePatternText)
 	}
 	if strings.TrimSpace(c.Node.DataDir) == "" {
 		p.add("node.data_dir", "must not be empty")
@@ -215,8 +163,8 @@ func (c Config) validateCluster(p *problems) {
 	rafts := make(map[string]int)
 	for i, cand := range cands {
 		key := fmt.Sprintf("%s[%d]", candidatesKey, i)
-		if !CandidateName.MatchString(cand.Machine) {
-			p.add(key+".machine", "%q must match %s", cand.Machine, CandidateName)
+		if !wire.ValidCandidate(cand.Machine) {
+			p.add(key+".machine", "%q must match %s", cand.Machine, wire.CandidatePatternText)
 		} else if j, dup := machines[cand.Machine]; dup {
 			p.add(key+".machine", "duplicate machine %q (also %s[%d])", cand.Machine, candidatesKey, j)
 		} else {
@@ -244,8 +192,8 @@ func (c Config) validateCluster(p *problems) {
 	}
 	// This node's entry is what the other candidates and members use to reach
 	// it, so it must say the same as its own advertise settings.
-	selfURL, err1 := ValidURL(self.URL)
-	advURL, err2 := ValidURL(c.HTTP.Advertise)
+	selfURL, err1 := wire.ParseOrigin(self.URL)
+	advURL, err2 := wire.ParseOrigin(c.HTTP.Advertise)
 	if err1 == nil && err2 == nil && selfURL != advURL {
 		p.add("http.advertise", "%q differs from this node's candidate url %q (node.id %q)", c.HTTP.Advertise, self.URL, c.Node.ID)
 	}

@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"sort"
+	"slices"
 	"time"
 
+	"github.com/elanous/elanous-node/api/wire"
+	"github.com/google/btree"
 	"github.com/hashicorp/raft"
 )
 
@@ -41,30 +43,87 @@ func (f *FSM) Apply(l *raft.Log) any {
 	if err != nil {
 		return err
 	}
-	sp := commandTable[cmd.Type()]
-	// a.now starts at lastNow: a claim that fails validation must leave the
-	// cluster time where it was (a zero a.now would reset lastNow to 0 and the
-	// next claim would rebase every TTL by the whole Unix epoch). Every other
-	// command's time is clamped to at least lastNow.
-	a := applier{st: f.st, term: l.Term, index: l.Index, now: f.st.lastNow}
-	if !sp.ownClock {
-		a.now = max(cmd.header().Now, f.st.lastNow)
-	}
-	result := sp.apply(&a, cmd)
-	// Time moves with every applied command, failed ones included (records do
-	// not change, but lastNow does): within a generation a.now >= lastNow, and
-	// only a successful claim may move it back.
-	f.st.lastNow = a.now
-	for t := range a.touched {
-		if a.touched[t] {
+	var touched [numTables]bool
+	result := applyOne(commandTable, f.st, cmd, l.Term, l.Index, &touched)
+	for t := range touched {
+		if touched[t] {
 			f.touchLocked(Table(t), l.Index)
 		}
 	}
 	return result
 }
 
+// applyOne applies a decoded command to st at (term, index), moves the
+// cluster time and records the tables it changed in touched. The table is a
+// parameter (always commandTable) because the batch spec inside it applies
+// commands through applyOne: a direct reference would be an initialization
+// cycle.
+func applyOne(table map[CommandType]commandSpec, st *state, cmd Command, term, index uint64, touched *[numTables]bool) any {
+	sp := table[cmd.Type()]
+	// a.now starts at lastNow: a claim that fails validation must leave the
+	// cluster time where it was (a zero a.now would reset lastNow to 0 and the
+	// next claim would rebase every TTL by the whole Unix epoch). Every other
+	// command's time is clamped to at least lastNow.
+	a := applier{table: table, st: st, term: term, index: index, now: st.lastNow}
+	if !sp.ownClock {
+		a.now = max(cmd.header().Now, st.lastNow)
+	}
+	result := sp.apply(&a, cmd)
+	// Time moves with every applied command, failed ones included (records do
+	// not change, but lastNow does): within a generation a.now >= lastNow, and
+	// only a successful claim may move it back.
+	st.lastNow = a.now
+	for t := range a.touched {
+		touched[t] = touched[t] || a.touched[t]
+	}
+	return result
+}
+
+// batch applies each command of a Batch in order, as its own command at the
+// batch's term and index: its own time (clamped to at least the batch's),
+// its own result. A command
+// that does not decode, that a batch may not hold, or a second acquire gets
+// an ErrInvalidCommand result and changes nothing; the others go on.
+func (a *applier) batch(b Batch) any {
+	// Every command runs at least at the batch's time, which the leader
+	// stamps when it forms the batch, after each command was stamped.
+	a.st.lastNow = a.now
+	res := BatchResult{Results: make([]any, len(b.Commands))}
+	acquires := 0
+	for i, item := range b.Commands {
+		if err := batchable(a.table, item.Type); err != nil {
+			res.Results[i] = err
+			continue
+		}
+		cmd, err := a.table[item.Type].decode(item.Body)
+		if err != nil {
+			res.Results[i] = err
+			continue
+		}
+		if item.Type == AcquireLeaseType {
+			if acquires++; acquires > 1 {
+				res.Results[i] = fmt.Errorf("%w: a batch holds at most one acquire", ErrInvalidCommand)
+				continue
+			}
+		}
+		res.Results[i] = applyOne(a.table, a.st, cmd, a.term, a.index, &a.touched)
+	}
+	a.now = a.st.lastNow
+	return res
+}
+
+// setFormat raises the format level to c.Level, which this build must know.
+func (a *applier) setFormat(c SetFormat) any {
+	if c.Level <= a.st.format || c.Level > MaxFormat {
+		return fmt.Errorf("%w: format %d (the cluster is at %d, this build knows up to %d)", ErrInvalidCommand, c.Level, a.st.format, MaxFormat)
+	}
+	a.st.format = c.Level
+	return nil
+}
+
 // applier applies one command to st at (term, index) with the clamped time now.
 type applier struct {
+	table   map[CommandType]commandSpec
 	st      *state
 	term    uint64
 	index   uint64
@@ -79,7 +138,7 @@ func (a *applier) live(expiresAt int64) bool { return expiresAt > a.now }
 // a record with remaining = expiresAt − lastNow > 0 gets now + remaining +
 // grace, anything already due becomes due at now.
 func (a *applier) claim(c ClaimPrimary) any {
-	if !ValidCandidate(c.Holder) || c.GraceMs < 0 {
+	if !wire.ValidCandidate(c.Holder) || c.GraceMs < 0 {
 		return fmt.Errorf("%w: claim by %q with grace %d", ErrInvalidCommand, c.Holder, c.GraceMs)
 	}
 	a.now = c.Now
@@ -90,11 +149,17 @@ func (a *applier) claim(c ClaimPrimary) any {
 		}
 		return c.Now
 	}
-	for id, r := range a.st.resources {
-		r.ExpiresAt = rebase(r.ExpiresAt)
-		a.st.resources[id] = r
+	// Rebasing is monotonic, so the trees keep their order; each record is
+	// rewritten (records are immutable once stored) and the indexes rebuilt.
+	rebased := btree.NewG(btreeDegree, lessResource)
+	a.st.resources.Ascend(func(r *Resource) bool {
+		c := *r
+		c.ExpiresAt = rebase(c.ExpiresAt)
+		rebased.ReplaceOrInsert(&c)
 		a.touched[TableResources] = true
-	}
+		return true
+	})
+	a.st.resources = rebased
 	for port, l := range a.st.leases {
 		l.ExpiresAt = rebase(l.ExpiresAt)
 		a.st.leases[port] = l
@@ -104,6 +169,7 @@ func (a *applier) claim(c ClaimPrimary) any {
 		rec.Until = rebase(rec.Until)
 		a.st.idem[k] = rec
 	}
+	a.st.rebuildIndexes()
 	a.st.primary = Primary{Holder: c.Holder, Generation: a.term, ClaimedAt: c.Now, Index: a.index}
 	a.touched[TablePrimary] = true
 	return a.st.primary
@@ -117,7 +183,7 @@ func (a *applier) register(c RegisterResource) any {
 		return fmt.Errorf("%w: token of machine %q cannot register for %q", ErrForbidden, c.Caller.Machine, c.Machine)
 	}
 	registeredAt := a.now
-	if old, ok := a.st.resources[c.ID]; ok && a.live(old.ExpiresAt) {
+	if old, ok := a.st.resource(c.ID); ok && a.live(old.ExpiresAt) {
 		if c.Caller.Machine != "" && old.Machine != c.Caller.Machine {
 			return fmt.Errorf("%w: resource %q belongs to machine %q", ErrForbidden, c.ID, old.Machine)
 		}
@@ -127,26 +193,26 @@ func (a *applier) register(c RegisterResource) any {
 	if attrs == nil {
 		attrs = map[string]json.RawMessage{}
 	}
-	r := Resource{
+	r := &Resource{
 		ID: c.ID, Kind: c.Kind, Name: c.Name, Machine: c.Machine, Owner: c.Caller.Owner,
 		Endpoint: c.Endpoint, Attrs: attrs, ObservedAt: c.ObservedAt, TTLMs: c.TTLMs,
 		RegisteredAt: registeredAt, RenewedAt: a.now, ExpiresAt: a.now + c.TTLMs, Revision: a.index,
 	}
-	a.st.resources[c.ID] = r
+	a.st.putResource(r)
 	a.touched[TableResources] = true
-	return r
+	return *r
 }
 
 // liveResource finds a live resource the caller may change.
 func (a *applier) liveResource(id string, caller Caller) (Resource, error) {
-	r, ok := a.st.resources[id]
+	r, ok := a.st.resource(id)
 	if !ok || !a.live(r.ExpiresAt) {
 		return Resource{}, fmt.Errorf("resource %q: %w", id, ErrNotFound)
 	}
 	if caller.Machine != "" && r.Machine != caller.Machine {
 		return Resource{}, fmt.Errorf("%w: resource %q belongs to machine %q", ErrForbidden, id, r.Machine)
 	}
-	return r, nil
+	return *r, nil
 }
 
 func (a *applier) heartbeat(c HeartbeatResource) any {
@@ -171,7 +237,7 @@ func (a *applier) heartbeat(c HeartbeatResource) any {
 	r.RenewedAt = a.now
 	r.ExpiresAt = a.now + r.TTLMs
 	r.Revision = a.index
-	a.st.resources[c.ID] = r
+	a.st.putResource(&r)
 	a.touched[TableResources] = true
 	return r
 }
@@ -183,7 +249,7 @@ func (a *applier) deleteResource(c DeleteResource) any {
 	if _, err := a.liveResource(c.ID, c.Caller); err != nil {
 		return err
 	}
-	delete(a.st.resources, c.ID)
+	a.st.deleteResource(c.ID)
 	a.touched[TableResources] = true
 	return nil
 }
@@ -202,19 +268,55 @@ func (a *applier) acquire(c AcquireLease) any {
 			}
 			return fmt.Errorf("%w: lease %s on port %d", ErrIdempotencyKeyUsed, rec.LeaseID, rec.Port)
 		}
-		// Leases granted before keys were remembered carry their key.
-		for port := c.BandStart; port <= c.BandEnd; port++ {
-			if l, ok := a.st.leases[port]; ok && a.live(l.ExpiresAt) &&
-				l.Owner == c.Caller.Owner && l.IdempotencyKey == c.IdempotencyKey {
+		// No live memory of the key: its retention has passed (the record
+		// is pruned by the next Sweep) while the lease it granted, with a
+		// TTL longer than the retention, is still live. Each lease carries
+		// the key it was granted under, so a retry still finds its own
+		// lease: the lowest such port of the band.
+		for _, port := range a.st.leaseByKey[idemKey(c.Caller.Owner, c.IdempotencyKey)] {
+			if l := a.st.leases[port]; port >= c.BandStart && port <= c.BandEnd && a.live(l.ExpiresAt) {
 				return l
 			}
 		}
 	}
+	port, ok := a.freePort(c)
+	if !ok {
+		return fmt.Errorf("%w: no free port in %d-%d", ErrBandExhausted, c.BandStart, c.BandEnd)
+	}
+	ttl := min(c.TTLMs, wire.MaxLeaseTTLMs)
+	l := PortLease{
+		ID: fmt.Sprintf("port-lease:%d", port), Port: port, LeaseID: c.LeaseID,
+		Machine: c.Machine, Purpose: c.Purpose, Owner: c.Caller.Owner, TTLMs: ttl,
+		GrantedAt: a.now, RenewedAt: a.now, ExpiresAt: a.now + ttl,
+		Generation: a.term, Fence: a.index, IdempotencyKey: c.IdempotencyKey,
+	}
+	a.st.putLease(l)
+	if c.IdempotencyKey != "" {
+		k := idemKey(c.Caller.Owner, c.IdempotencyKey)
+		a.st.putIdem(idemRecord{Key: k, Port: port, LeaseID: c.LeaseID, Until: a.now + IdempotencyRetentionMs})
+	}
+	a.touched[TableLeases] = true
+	return l
+}
+
+// freePort picks the lowest port of the command's band that is not excluded
+// and holds no live lease (a due lease that no Sweep has removed yet is
+// replaced). When no lease is due, the port bitmap answers in a few word
+// operations; otherwise the band is walked port by port, as rarely happens
+// between an expiry and its Sweep.
+func (a *applier) freePort(c AcquireLease) (int, bool) {
 	excluded := make(map[int]bool, len(c.Excluded))
 	for _, p := range c.Excluded {
 		excluded[p] = true
 	}
-	ttl := min(c.TTLMs, MaxLeaseTTLMs)
+	if !a.st.anyLeaseDue(a.now) {
+		for p := a.st.occupied.nextFree(c.BandStart, c.BandEnd); p >= 0; p = a.st.occupied.nextFree(p+1, c.BandEnd) {
+			if !excluded[p] {
+				return p, true
+			}
+		}
+		return 0, false
+	}
 	for port := c.BandStart; port <= c.BandEnd; port++ {
 		if excluded[port] {
 			continue
@@ -222,21 +324,9 @@ func (a *applier) acquire(c AcquireLease) any {
 		if old, ok := a.st.leases[port]; ok && a.live(old.ExpiresAt) {
 			continue
 		}
-		l := PortLease{
-			ID: fmt.Sprintf("port-lease:%d", port), Port: port, LeaseID: c.LeaseID,
-			Machine: c.Machine, Purpose: c.Purpose, Owner: c.Caller.Owner, TTLMs: ttl,
-			GrantedAt: a.now, RenewedAt: a.now, ExpiresAt: a.now + ttl,
-			Generation: a.term, Fence: a.index, IdempotencyKey: c.IdempotencyKey,
-		}
-		a.st.leases[port] = l
-		if c.IdempotencyKey != "" {
-			k := idemKey(c.Caller.Owner, c.IdempotencyKey)
-			a.st.idem[k] = idemRecord{Key: k, Port: port, LeaseID: c.LeaseID, Until: a.now + IdempotencyRetentionMs}
-		}
-		a.touched[TableLeases] = true
-		return l
+		return port, true
 	}
-	return fmt.Errorf("%w: no free port in %d-%d", ErrBandExhausted, c.BandStart, c.BandEnd)
+	return 0, false
 }
 
 // heldLease finds the live lease on port held under leaseID by the caller
@@ -267,7 +357,7 @@ func (a *applier) renew(c RenewLease) any {
 	}
 	l.RenewedAt = a.now
 	l.ExpiresAt = a.now + l.TTLMs
-	a.st.leases[c.Port] = l
+	a.st.putLease(l)
 	a.touched[TableLeases] = true
 	return l
 }
@@ -276,66 +366,55 @@ func (a *applier) release(c ReleaseLease) any {
 	if _, err := a.heldLease(c.Port, c.LeaseID, c.Caller); err != nil {
 		return err
 	}
-	delete(a.st.leases, c.Port)
+	a.st.deleteLease(c.Port)
 	a.touched[TableLeases] = true
 	return nil
 }
 
 func (a *applier) issueToken(c IssueToken) any {
-	if !ValidMachine(c.Machine) || !ValidSHA256(c.SHA256) {
+	if !wire.ValidMachine(c.Machine) || !wire.ValidSHA256(c.SHA256) {
 		return fmt.Errorf("%w: token for machine %q", ErrInvalidCommand, c.Machine)
 	}
 	if other, ok := a.st.byHash[c.SHA256]; ok && other != c.Machine {
 		return fmt.Errorf("%w: token hash already issued", ErrInvalidCommand)
-	}
-	if old, ok := a.st.tokens[c.Machine]; ok {
-		delete(a.st.byHash, old.SHA256)
 	}
 	t := MemberToken{
 		Machine:  c.Machine,
 		SHA256:   c.SHA256,
 		IssuedAt: time.UnixMilli(a.now).UTC().Format("2006-01-02T15:04:05.000Z"),
 	}
-	a.st.tokens[c.Machine] = t
-	a.st.byHash[c.SHA256] = c.Machine
+	a.st.putToken(t)
 	a.touched[TableTokens] = true
 	return t
 }
 
 func (a *applier) revokeToken(c RevokeToken) any {
-	t, ok := a.st.tokens[c.Machine]
-	if !ok {
+	if _, ok := a.st.tokens[c.Machine]; !ok {
 		return fmt.Errorf("token of machine %q: %w", c.Machine, ErrNotFound)
 	}
-	delete(a.st.tokens, c.Machine)
-	delete(a.st.byHash, t.SHA256)
+	a.st.deleteToken(c.Machine)
 	a.touched[TableTokens] = true
 	return nil
 }
 
-// sweep expires every record due at a.now.
+// sweep expires every record due at a.now, walking the expiry indexes from
+// their earliest entry: O(k log n) for k due records.
 func (a *applier) sweep(Sweep) any {
 	res := SweepResult{Resources: []string{}, Leases: []int{}}
-	for id, r := range a.st.resources {
-		if !a.live(r.ExpiresAt) {
-			delete(a.st.resources, id)
-			res.Resources = append(res.Resources, id)
-			a.touched[TableResources] = true
-		}
+	for _, e := range due(a.st.resExpiry, a.now) {
+		a.st.deleteResource(e.key)
+		res.Resources = append(res.Resources, e.key)
+		a.touched[TableResources] = true
 	}
-	for port, l := range a.st.leases {
-		if !a.live(l.ExpiresAt) {
-			delete(a.st.leases, port)
-			res.Leases = append(res.Leases, port)
-			a.touched[TableLeases] = true
-		}
+	for _, e := range due(a.st.leaseExpiry, a.now) {
+		a.st.deleteLease(e.port)
+		res.Leases = append(res.Leases, e.port)
+		a.touched[TableLeases] = true
 	}
-	for k, rec := range a.st.idem {
-		if !a.live(rec.Until) {
-			delete(a.st.idem, k)
-		}
+	for _, e := range due(a.st.idemExpiry, a.now) {
+		a.st.deleteIdem(e.key)
 	}
-	sort.Strings(res.Resources)
-	sort.Ints(res.Leases)
+	slices.Sort(res.Resources)
+	slices.Sort(res.Leases)
 	return res
 }

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/elanous/elanous-node/api/wire"
 )
 
 // Port-lease commands fed through Apply; see apply_test.go for the baseline.
@@ -95,8 +97,8 @@ func TestFSM_ApplyAcquireLease(t *testing.T) {
 			},
 			check: func(t *testing.T, h *harness, res interface{}) {
 				l := res.(PortLease)
-				if l.TTLMs != MaxLeaseTTLMs || l.ExpiresAt != t0+MaxLeaseTTLMs {
-					t.Errorf("Apply() ttl %d expires %d, want %d %d", l.TTLMs, l.ExpiresAt, MaxLeaseTTLMs, t0+MaxLeaseTTLMs)
+				if l.TTLMs != wire.MaxLeaseTTLMs || l.ExpiresAt != t0+wire.MaxLeaseTTLMs {
+					t.Errorf("Apply() ttl %d expires %d, want %d %d", l.TTLMs, l.ExpiresAt, wire.MaxLeaseTTLMs, t0+wire.MaxLeaseTTLMs)
 				}
 			},
 		},
@@ -180,7 +182,7 @@ func TestFSM_ApplyAcquireLease(t *testing.T) {
 		invalid("machine __proto__", func(c *AcquireLease) { c.Machine = "__proto__" }),
 		invalid("purpose empty", func(c *AcquireLease) { c.Purpose = "" }),
 		invalid("purpose blank", func(c *AcquireLease) { c.Purpose = " \t" }),
-		invalid("purpose too long", func(c *AcquireLease) { c.Purpose = strings.Repeat("p", MaxPurposeLen+1) }),
+		invalid("purpose too long", func(c *AcquireLease) { c.Purpose = strings.Repeat("p", wire.MaxPurposeLen+1) }),
 		invalid("ttlMs 0", func(c *AcquireLease) { c.TTLMs = 0 }),
 		invalid("ttlMs negative", func(c *AcquireLease) { c.TTLMs = -600000 }),
 		invalid("excluded below the band", func(c *AcquireLease) { c.Excluded = []int{31460, 31449} }),
@@ -189,7 +191,7 @@ func TestFSM_ApplyAcquireLease(t *testing.T) {
 		invalid("band start 0", func(c *AcquireLease) { c.BandStart = 0 }),
 		invalid("band end below start", func(c *AcquireLease) { c.BandStart, c.BandEnd = 31499, 31450 }),
 		invalid("band end above 65535", func(c *AcquireLease) { c.BandEnd = 70000 }),
-		invalid("idempotency key too long", func(c *AcquireLease) { c.IdempotencyKey = strings.Repeat("k", MaxIdempotency+1) }),
+		invalid("idempotency key too long", func(c *AcquireLease) { c.IdempotencyKey = strings.Repeat("k", wire.MaxIdempotencyKey+1) }),
 		{
 			name: "band exhausted",
 			cmd: func(*harness) Command {

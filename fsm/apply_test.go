@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/elanous/elanous-node/api/wire"
 )
 
 // The baseline (see harness.baseline) holds, at t0 and term 3: the claim of
@@ -106,12 +108,12 @@ func TestFSM_ApplyRegisterResource(t *testing.T) {
 			name: "ttl of exactly 24h",
 			cmd: func(*harness) Command {
 				c := registerCmd(t0, memberCaller, "machine:mbp", "mbp")
-				c.TTLMs = MaxResourceTTL
+				c.TTLMs = wire.MaxResourceTTLMs
 				return c
 			},
 			check: func(t *testing.T, h *harness, res interface{}) {
-				if got := res.(Resource).ExpiresAt; got != t0+MaxResourceTTL {
-					t.Errorf("Apply().ExpiresAt = %d, want %d", got, t0+MaxResourceTTL)
+				if got := res.(Resource).ExpiresAt; got != t0+wire.MaxResourceTTLMs {
+					t.Errorf("Apply().ExpiresAt = %d, want %d", got, t0+wire.MaxResourceTTLMs)
 				}
 			},
 		},
@@ -119,7 +121,7 @@ func TestFSM_ApplyRegisterResource(t *testing.T) {
 			name: "attrs of exactly 16 KiB",
 			cmd: func(*harness) Command {
 				c := registerCmd(t0, memberCaller, "machine:mbp", "mbp")
-				c.Attrs = bigAttrs("blob", MaxAttrsBytes)
+				c.Attrs = bigAttrs("blob", wire.MaxAttrsBytes)
 				return c
 			},
 		},
@@ -147,18 +149,18 @@ func TestFSM_ApplyRegisterResource(t *testing.T) {
 		invalid("id with control char", func(c *RegisterResource) { c.ID = "machine:\x01mbp" }),
 		invalid("id with newline", func(c *RegisterResource) { c.ID = "machine:mbp\n" }),
 		invalid("id with DEL", func(c *RegisterResource) { c.ID = "machine:mbp\x7f" }),
-		invalid("id over 512 bytes", func(c *RegisterResource) { c.ID = strings.Repeat("i", MaxIDLen+1) }),
+		invalid("id over 512 bytes", func(c *RegisterResource) { c.ID = strings.Repeat("i", wire.MaxIDLen+1) }),
 		invalid("kind upper case", func(c *RegisterResource) { c.Kind = "Machine" }),
 		invalid("kind empty", func(c *RegisterResource) { c.Kind = "" }),
 		invalid("name empty", func(c *RegisterResource) { c.Name = "" }),
 		invalid("endpoint with newline", func(c *RegisterResource) { c.Endpoint = "http://x\n" }),
 		invalid("ttlMs 0", func(c *RegisterResource) { c.TTLMs = 0 }),
 		invalid("ttlMs negative", func(c *RegisterResource) { c.TTLMs = -1 }),
-		invalid("ttlMs over 24h", func(c *RegisterResource) { c.TTLMs = MaxResourceTTL + 1 }),
+		invalid("ttlMs over 24h", func(c *RegisterResource) { c.TTLMs = wire.MaxResourceTTLMs + 1 }),
 		invalid("observedAt negative", func(c *RegisterResource) { c.ObservedAt = -1 }),
-		invalid("attrs over 16 KiB", func(c *RegisterResource) { c.Attrs = bigAttrs("blob", MaxAttrsBytes+1) }),
+		invalid("attrs over 16 KiB", func(c *RegisterResource) { c.Attrs = bigAttrs("blob", wire.MaxAttrsBytes+1) }),
 		invalid("invalid and over 16 KiB, stamped later", func(c *RegisterResource) {
-			c.Attrs = bigAttrs("blob", 2*MaxAttrsBytes)
+			c.Attrs = bigAttrs("blob", 2*wire.MaxAttrsBytes)
 			c.Now = t0 + 5000 // lastNow moves, the tables do not
 		}),
 	}
@@ -246,7 +248,7 @@ func TestFSM_ApplyHeartbeatResource(t *testing.T) {
 		{
 			name:    "attrs over 16 KiB",
 			setup:   registered,
-			cmd:     constant(HeartbeatResource{Header: Header{Now: t0}, Caller: memberCaller, ID: "machine:mbp", Attrs: bigAttrs("b", MaxAttrsBytes+1)}),
+			cmd:     constant(HeartbeatResource{Header: Header{Now: t0}, Caller: memberCaller, ID: "machine:mbp", Attrs: bigAttrs("b", wire.MaxAttrsBytes+1)}),
 			wantErr: []error{ErrInvalidCommand},
 		},
 		{

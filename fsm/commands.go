@@ -28,6 +28,8 @@ const (
 	RevokeTokenType       CommandType = 8
 	ClaimPrimaryType      CommandType = 9
 	SweepType             CommandType = 10
+	BatchType             CommandType = 11
+	SetFormatType         CommandType = 12
 )
 
 // Command is a state change proposed through Raft. Every command embeds a
@@ -148,6 +150,76 @@ type Sweep struct {
 	Header
 }
 
+// Batch carries several commands in one log entry (group commit). They are
+// applied in order, each as if it were its own entry at the batch's term and
+// index, and each gets its own result (see BatchResult); one command's error
+// does not touch the others. A batch holds no claim, sweep, format change or
+// batch, and at most one acquire, so every grant still has its own log index
+// as its fence. The leader proposes batches only once the cluster's format is
+// at least 2 (see SetFormat).
+type Batch struct {
+	Header
+	Commands []BatchItem `json:"commands"`
+}
+
+// BatchItem is one command of a Batch: its type and its JSON body.
+type BatchItem struct {
+	Type CommandType     `json:"type"`
+	Body json.RawMessage `json:"body"`
+}
+
+// BatchResult is what a Batch returns: the result of each command, in order
+// (a record, nil or an error, as the command alone would return).
+type BatchResult struct {
+	Results []any
+}
+
+// SetFormat raises the cluster's format level: the version of the snapshot
+// document and the set of command types the leader may propose. The leader
+// proposes it only once every server of the configuration runs a build that
+// knows the level, so no replica ever meets a type it cannot apply
+// (ARCHITECTURE.md, "Versioned formats").
+type SetFormat struct {
+	Header
+	Level int `json:"level"`
+}
+
+// NewBatch encodes cmds into a Batch stamped at now. It refuses what a batch
+// may not hold.
+func NewBatch(now int64, cmds []Command) (Batch, error) {
+	b := Batch{Header: Header{Now: now}, Commands: make([]BatchItem, 0, len(cmds))}
+	acquires := 0
+	for _, c := range cmds {
+		if err := batchable(commandTable, c.Type()); err != nil {
+			return Batch{}, err
+		}
+		if c.Type() == AcquireLeaseType {
+			acquires++
+		}
+		body, err := marshalJSON(c)
+		if err != nil {
+			return Batch{}, fmt.Errorf("encode command %d: %w", c.Type(), err)
+		}
+		b.Commands = append(b.Commands, BatchItem{Type: c.Type(), Body: body})
+	}
+	if acquires > 1 {
+		return Batch{}, fmt.Errorf("%w: a batch holds at most one acquire", ErrInvalidCommand)
+	}
+	return b, nil
+}
+
+// batchable reports whether a command of type t may be part of a batch.
+func batchable(table map[CommandType]commandSpec, t CommandType) error {
+	switch t {
+	case ClaimPrimaryType, SweepType, BatchType, SetFormatType:
+		return fmt.Errorf("%w: a %s cannot be part of a batch", ErrInvalidCommand, table[t].name)
+	}
+	if _, ok := table[t]; !ok {
+		return fmt.Errorf("%w: command type %d in a batch is unknown", ErrInvalidCommand, t)
+	}
+	return nil
+}
+
 // Type implementations.
 func (RegisterResource) Type() CommandType  { return RegisterResourceType }
 func (HeartbeatResource) Type() CommandType { return HeartbeatResourceType }
@@ -159,6 +231,8 @@ func (IssueToken) Type() CommandType        { return IssueTokenType }
 func (RevokeToken) Type() CommandType       { return RevokeTokenType }
 func (ClaimPrimary) Type() CommandType      { return ClaimPrimaryType }
 func (Sweep) Type() CommandType             { return SweepType }
+func (Batch) Type() CommandType             { return BatchType }
+func (SetFormat) Type() CommandType         { return SetFormatType }
 
 // Encode returns the log entry for cmd: its type byte then its JSON body.
 // The body is compact JSON without HTML escaping, so attrs enter the log as

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/elanous/elanous-node/api/wire"
 	"github.com/hashicorp/raft"
 )
 
@@ -117,8 +118,8 @@ func (g *randomLog) command() Command {
 	case 0, 1:
 		c := RegisterResource{Header: Header{Now: now}, Caller: g.caller(), ID: g.id(), Kind: "machine", Name: "n", Machine: g.machine(),
 			Attrs: raw, ObservedAt: now, TTLMs: g.ttl()}
-		if c.TTLMs > MaxResourceTTL {
-			c.TTLMs = MaxResourceTTL
+		if c.TTLMs > wire.MaxResourceTTLMs {
+			c.TTLMs = wire.MaxResourceTTLMs
 		}
 		return c
 	case 2:
@@ -167,6 +168,33 @@ func (g *randomLog) command() Command {
 	}
 }
 
+// batchOrCommand sometimes wraps a few commands (a claim or sweep stays
+// alone) into a batch, as the leader's group commit does, and sometimes
+// raises the format level.
+func (g *randomLog) batchOrCommand() Command {
+	switch g.pick(12) {
+	case 0:
+		return SetFormat{Header: Header{Now: g.now}, Level: 1 + g.pick(MaxFormat+1)}
+	case 1, 2:
+		var cmds []Command
+		acquired := false
+		for range 1 + g.pick(5) {
+			c := g.command()
+			if batchable(commandTable, c.Type()) != nil || (acquired && c.Type() == AcquireLeaseType) {
+				continue
+			}
+			acquired = acquired || c.Type() == AcquireLeaseType
+			cmds = append(cmds, c)
+		}
+		b, err := NewBatch(g.now, cmds)
+		if err != nil {
+			panic(err)
+		}
+		return b
+	}
+	return g.command()
+}
+
 func (g *randomLog) entry() *raft.Log {
 	switch g.pick(40) {
 	case 0: // malformed body of a known type
@@ -174,7 +202,7 @@ func (g *randomLog) entry() *raft.Log {
 	case 1: // a future type a newer version marked skippable
 		return g.h.rawEntry([]byte("\x9f{\"whatever\":1}"))
 	}
-	return g.h.entry(g.command())
+	return g.h.entry(g.batchOrCommand())
 }
 
 func TestFSM_ApplyDeterministicRandom(t *testing.T) {
@@ -189,6 +217,7 @@ func TestFSM_ApplyDeterministicRandom(t *testing.T) {
 				if _, ok := g.peek.Apply(e).(error); !ok {
 					successes++
 				}
+				checkIndexes(t, g.peek, fmt.Sprintf("after entry %d", e.Index))
 				entries = append(entries, e)
 			}
 			if successes < 100 {

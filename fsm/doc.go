@@ -13,6 +13,12 @@
 // never let it diverge. A known type whose body does not decode is a no-op
 // that returns ErrInvalidCommand.
 //
+// Every type is registered once, in the command table (table.go), which
+// Decode, Encode, Stamp and Apply all go through. A released type's meaning
+// never changes and the snapshot carries a format version; the rules, and the
+// fixtures in testdata/format that hold every release to them, are in
+// ARCHITECTURE.md, "Versioned formats".
+//
 // Domain outcomes (not found, forbidden, lease mismatch, band exhausted) are
 // Apply's return value as errors defined in errors.go; package cluster hands
 // them back to the proposer.

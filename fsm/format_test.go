@@ -10,6 +10,15 @@ import (
 	"github.com/hashicorp/raft"
 )
 
+// mustBatch builds a Batch of cmds or panics.
+func mustBatch(now int64, cmds ...Command) Batch {
+	b, err := NewBatch(now, cmds)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
 // sampleCommands returns one valid command of every type.
 func sampleCommands() []Command {
 	reg := registerCmd(t0, memberCaller, "instance:mbp/1", "mbp")
@@ -28,6 +37,8 @@ func sampleCommands() []Command {
 		RevokeToken{Header: Header{Now: t0 + 6}, Machine: "mbp"},
 		ClaimPrimary{Header: Header{Now: t0 + 7}, Holder: "node-a", GraceMs: 1000},
 		Sweep{Header: Header{Now: t0 + 8}},
+		mustBatch(t0+9, reg, HeartbeatResource{Header: Header{Now: t0 + 9}, Caller: mbpCaller, ID: "instance:mbp/1"}),
+		SetFormat{Header: Header{Now: t0 + 10}, Level: 2},
 	}
 }
 
@@ -78,7 +89,7 @@ func TestDecode(t *testing.T) {
 	}{
 		{name: "empty", data: nil},
 		{name: "reserved type 0", data: []byte{0, '{', '}'}},
-		{name: "unknown type", data: []byte("\x0b{}")},
+		{name: "unknown type", data: []byte("\x7e{}")},
 		{name: "skip bit", data: []byte("\x80{}")},
 		{name: "known type with skip bit", data: []byte("\x8a{}")},
 		{name: "unknown fields ignored", data: []byte("\x0a{\"now\":5,\"later\":true}"), want: Sweep{Header: Header{Now: 5}}, wantOK: true},
@@ -112,7 +123,7 @@ func TestFSM_ApplyUnknownTypePanics(t *testing.T) {
 		want string
 	}{
 		{name: "reserved type 0", data: []byte("\x00{}"), want: "fsm: unknown command type 0 at index 5: this binary is older than the cluster's log"},
-		{name: "next type", data: []byte("\x0b{}"), want: "fsm: unknown command type 11 at index 5: this binary is older than the cluster's log"},
+		{name: "a later type", data: []byte("\x7e{}"), want: "fsm: unknown command type 126 at index 5: this binary is older than the cluster's log"},
 		{name: "highest type without skip bit", data: []byte{0x7f}, want: "fsm: unknown command type 127 at index 5: this binary is older than the cluster's log"},
 		{name: "empty entry", data: nil, want: "fsm: unknown command type -1 at index 5: this binary is older than the cluster's log"},
 	}
@@ -166,7 +177,7 @@ func TestFSM_ApplySkipBit(t *testing.T) {
 // wrapping ErrInvalidCommand; it does not even move the time.
 func TestFSM_ApplyMalformedBody(t *testing.T) {
 	bodies := []string{"", "{", "[]", `"x"`, `{"now":"soon"}`, `{"now":99999999999999}}`, `{"now":99999999999999}{}`, `{"now":1e400}`}
-	for typ := RegisterResourceType; typ <= SweepType; typ++ {
+	for typ := range commandTable {
 		for _, body := range bodies {
 			t.Run(fmt.Sprintf("type %d body %q", typ, body), func(t *testing.T) {
 				h := newHarness(t)

@@ -4,31 +4,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"sort"
 	"sync"
 )
-
-// state is the replicated data. It is only touched under FSM.mu.
-type state struct {
-	resources map[string]Resource
-	leases    map[int]PortLease
-	tokens    map[string]MemberToken // by machine
-	byHash    map[string]string      // sha256 → machine, derived from tokens
-	idem      map[string]idemRecord  // owner + "/" + Idempotency-Key → the grant it made
-	primary   Primary
-	lastNow   int64             // the latest applied time (Unix ms)
-	indexes   [numTables]uint64 // log index of the last change to each table
-}
-
-func newState() *state {
-	return &state{
-		resources: map[string]Resource{},
-		leases:    map[int]PortLease{},
-		tokens:    map[string]MemberToken{},
-		byHash:    map[string]string{},
-		idem:      map[string]idemRecord{},
-	}
-}
 
 // FSM implements raft.FSM over the elanous state. All exported methods are
 // safe for concurrent use: raft calls Apply, Snapshot and Restore from its
@@ -88,6 +65,13 @@ func (f *FSM) Primary() Primary {
 	return f.st.primary
 }
 
+// Format returns the cluster's format level (see MaxFormat).
+func (f *FSM) Format() int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.format
+}
+
 // LastNow returns the latest applied cluster time in Unix ms.
 func (f *FSM) LastNow() int64 {
 	f.mu.RLock()
@@ -99,27 +83,42 @@ func (f *FSM) LastNow() int64 {
 func (f *FSM) Resource(id string) (Resource, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	r, ok := f.st.resources[id]
-	return r, ok
+	r, ok := f.st.resource(id)
+	if !ok {
+		return Resource{}, false
+	}
+	return *r, true
 }
 
 // Resources returns the resources matching kind and machine ("" matches all),
-// sorted by id.
+// sorted by id. A listing by machine reads only that machine's records; a
+// full listing walks a copy of the tree taken in O(1), so writers do not wait
+// for it.
 func (f *FSM) Resources(kind, machine string) []Resource {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	out := make([]Resource, 0, len(f.st.resources))
-	for _, r := range f.st.resources {
-		if (kind == "" || r.Kind == kind) && (machine == "" || r.Machine == machine) {
-			out = append(out, r)
+	match := func(r *Resource) bool { return kind == "" || r.Kind == kind }
+	if machine != "" {
+		f.mu.RLock()
+		defer f.mu.RUnlock()
+		ids := f.st.machineResources(machine)
+		out := make([]Resource, 0, len(ids))
+		for _, id := range ids {
+			if r, ok := f.st.resource(id); ok && match(r) {
+				out = append(out, *r)
+			}
 		}
+		return out
 	}
-	sortResources(out)
+	f.mu.Lock() // Clone writes the tree's copy-on-write marks
+	tree := f.st.resources.Clone()
+	f.mu.Unlock()
+	out := make([]Resource, 0, tree.Len())
+	tree.Ascend(func(r *Resource) bool {
+		if match(r) {
+			out = append(out, *r)
+		}
+		return true
+	})
 	return out
-}
-
-func sortResources(rs []Resource) {
-	sort.Slice(rs, func(i, j int) bool { return rs[i].ID < rs[j].ID })
 }
 
 // Lease returns the lease on port.
@@ -134,14 +133,14 @@ func (f *FSM) Lease(port int) (PortLease, bool) {
 func (f *FSM) Leases() []PortLease {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return sortedLeases(f.st.leases)
+	return f.st.sortedLeases()
 }
 
 // Tokens returns the machine tokens sorted by machine.
 func (f *FSM) Tokens() []MemberToken {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return sortedTokens(f.st.tokens)
+	return f.st.sortedTokens()
 }
 
 // MachineForToken returns the machine whose token has the SHA-256 sum. The
@@ -165,27 +164,15 @@ func (f *FSM) MachineForToken(sum [32]byte) (string, bool) {
 func (f *FSM) Counts() Counts {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return Counts{Resources: len(f.st.resources), Leases: len(f.st.leases), Tokens: len(f.st.tokens)}
+	return Counts{Resources: f.st.resources.Len(), Leases: len(f.st.leases), Tokens: len(f.st.tokens)}
 }
 
 // NextExpiry returns the earliest expiresAt of any record, and false when
-// there is none. The leader's sweep loop uses it.
+// there is none. The leader's sweep loop uses it; it costs O(log n).
 func (f *FSM) NextExpiry() (int64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	var next int64
-	found := false
-	for _, r := range f.st.resources {
-		if !found || r.ExpiresAt < next {
-			next, found = r.ExpiresAt, true
-		}
-	}
-	for _, l := range f.st.leases {
-		if !found || l.ExpiresAt < next {
-			next, found = l.ExpiresAt, true
-		}
-	}
-	return next, found
+	return f.st.nextExpiry()
 }
 
 // Hash returns the SHA-256 (hex) of the canonical encoding of the state.
@@ -196,33 +183,13 @@ func (f *FSM) Hash() string {
 }
 
 // AppliedHash returns the applied index and the state hash read together, so
-// two replicas reporting the same index can be compared by hash.
+// two replicas reporting the same index can be compared by hash. The state is
+// copied in O(1) under the lock and hashed outside it.
 func (f *FSM) AppliedHash() (uint64, string) {
-	f.mu.RLock()
-	doc, applied := f.documentLocked(), f.applied
-	f.mu.RUnlock()
-	data, err := marshalJSON(doc)
-	if err != nil {
+	v, applied := f.view()
+	h := sha256.New()
+	if err := v.write(h, 0); err != nil {
 		return applied, ""
 	}
-	sum := sha256.Sum256(data)
-	return applied, hex.EncodeToString(sum[:])
-}
-
-func sortedLeases(m map[int]PortLease) []PortLease {
-	out := make([]PortLease, 0, len(m))
-	for _, l := range m {
-		out = append(out, l)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Port < out[j].Port })
-	return out
-}
-
-func sortedTokens(m map[string]MemberToken) []MemberToken {
-	out := make([]MemberToken, 0, len(m))
-	for _, t := range m {
-		out = append(out, t)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Machine < out[j].Machine })
-	return out
+	return applied, hex.EncodeToString(h.Sum(nil))
 }

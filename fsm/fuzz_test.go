@@ -21,7 +21,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add(data)
 	}
 	for _, seed := range []string{
-		"", "\x00", "\x00{}", "\x0b{}", "\x7f", "\x80", "\x8a{}", "\xff\xff",
+		"", "\x00", "\x00{}", "\x0b{}", "\x0b{\"commands\":[{\"type\":4,\"body\":{}}]}", "\x0c{\"level\":2}", "\x7e{}", "\x7f", "\x80", "\x8a{}", "\xff\xff",
 		"\x01", "\x01{", "\x01[]", "\x01null", "\x04{\"now\":1}}", "\x04{\"now\":1e400}",
 		"\x04{\"now\":9223372036854775807,\"ttlMs\":9223372036854775807,\"bandStart\":1,\"bandEnd\":65535,\"machine\":\"m\",\"purpose\":\"p\",\"leaseId\":\"l\"}",
 		"\x09{\"now\":-9223372036854775808,\"holder\":\"node-a\",\"graceMs\":9223372036854775807}",

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/elanous/elanous-node/api/wire"
 	"github.com/hashicorp/raft"
 )
 
@@ -18,8 +19,8 @@ const (
 	t0       int64  = 1_700_000_000_000
 	ttl      int64  = 600_000
 	baseTerm uint64 = 3
-	bandLow         = DefaultBandLow
-	bandHigh        = DefaultBandHigh
+	bandLow         = wire.DefaultBandStart
+	bandHigh        = wire.DefaultBandEnd
 )
 
 // Callers as the API layer would build them.
@@ -155,15 +156,13 @@ type stateOf struct {
 }
 
 func capture(f *FSM) stateOf {
-	f.mu.RLock()
-	doc := f.documentLocked()
-	f.mu.RUnlock()
-	doc.LastNow = 0
-	data, err := json.Marshal(doc)
-	if err != nil {
+	v, _ := f.view()
+	v.lastNow = 0
+	var buf bytes.Buffer
+	if err := v.write(&buf, 0); err != nil {
 		panic(err)
 	}
-	return stateOf{hash: f.Hash(), tables: string(data), lastNow: f.LastNow()}
+	return stateOf{hash: f.Hash(), tables: buf.String(), lastNow: f.LastNow()}
 }
 
 // assertUnchanged checks that a refused command changed no table. Every

@@ -1,20 +1,35 @@
 package fsm
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
-	"sort"
+	"strconv"
 
+	"github.com/google/btree"
 	"github.com/hashicorp/raft"
 )
 
-// SnapshotVersion is the version of the snapshot document Persist writes.
-// Restore refuses a version it does not know.
-const SnapshotVersion = 1
+// MaxFormat is the highest format level this build knows. A cluster's state
+// is at one level (SetFormat raises it): the level is the version of the
+// snapshot document Persist writes and decides which command types the
+// leader may propose. Restore reads every level from 1 to MaxFormat and
+// refuses any other. ARCHITECTURE.md, "Versioned formats", says when a level
+// is added.
+//
+// Format 1 is the first release. Format 2 adds the Batch and SetFormat
+// command types; its document is format 1's with version 2.
+const MaxFormat = 2
 
-// document is the versioned snapshot encoding. Lists are sorted so the same
-// state always encodes to the same bytes (Hash relies on it).
+// SnapshotVersion is the newest snapshot document version this build writes
+// (at format level MaxFormat).
+const SnapshotVersion = MaxFormat
+
+// document is the versioned snapshot encoding, as Restore reads it. Lists are
+// sorted so the same state always encodes to the same bytes (Hash relies on
+// it). view.write writes the same document record by record.
 type document struct {
 	Version   int           `json:"version"`
 	Resources []Resource    `json:"resources"`
@@ -26,7 +41,7 @@ type document struct {
 	// Idempotency holds the remembered Idempotency-Keys, sorted by key.
 	Idempotency []idemRecord `json:"idempotency,omitempty"`
 	// Applied is the FSM's last applied index when the snapshot was taken. It
-	// is zero in the document Hash encodes.
+	// is zero, and so absent, in the document Hash encodes.
 	Applied uint64 `json:"applied,omitempty"`
 }
 
@@ -36,39 +51,111 @@ type leaseRecord struct {
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 }
 
-func (f *FSM) documentLocked() document {
-	st := f.st
-	doc := document{
-		Version:   SnapshotVersion,
-		Resources: make([]Resource, 0, len(st.resources)),
-		Leases:    make([]leaseRecord, 0, len(st.leases)),
-		Tokens:    sortedTokens(st.tokens),
-		Primary:   st.primary,
-		LastNow:   st.lastNow,
-		Indexes:   append([]uint64(nil), st.indexes[:]...),
-	}
-	for _, r := range st.resources {
-		doc.Resources = append(doc.Resources, r)
-	}
-	sortResources(doc.Resources)
-	for _, rec := range st.idem {
-		doc.Idempotency = append(doc.Idempotency, rec)
-	}
-	sort.Slice(doc.Idempotency, func(i, j int) bool { return doc.Idempotency[i].Key < doc.Idempotency[j].Key })
-	for _, l := range sortedLeases(st.leases) {
-		doc.Leases = append(doc.Leases, leaseRecord{PortLease: l, IdempotencyKey: l.IdempotencyKey})
-	}
-	return doc
+// view is a consistent copy of the state for Persist and Hash: the resource
+// tree is a lazy copy-on-write clone (O(1) to take), the small tables are
+// copied and sorted.
+type view struct {
+	resources *btree.BTreeG[*Resource]
+	leases    []PortLease
+	tokens    []MemberToken
+	idem      []idemRecord
+	primary   Primary
+	format    int
+	lastNow   int64
+	indexes   [numTables]uint64
 }
 
-// Snapshot copies the state under the read lock; Persist encodes it later
-// while Apply goes on.
+// view copies the state. It takes the write lock because cloning the tree
+// marks its nodes copy-on-write; the copy itself costs O(1) for resources and
+// O(band + machines + remembered keys) for the rest.
+func (f *FSM) view() (view, uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := f.st
+	return view{
+		resources: st.resources.Clone(),
+		leases:    st.sortedLeases(),
+		tokens:    st.sortedTokens(),
+		idem:      st.sortedIdem(),
+		primary:   st.primary,
+		format:    st.format,
+		lastNow:   st.lastNow,
+		indexes:   st.indexes,
+	}, f.applied
+}
+
+// write encodes the view as the snapshot document, record by record, without
+// HTML escaping and without a trailing newline; applied 0 is left out. The
+// bytes equal json.Marshal of the equivalent document.
+func (v view) write(out io.Writer, applied uint64) error {
+	w := bufio.NewWriterSize(out, 64<<10)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	var err error
+	put := func(s string) {
+		if err == nil {
+			_, err = w.WriteString(s)
+		}
+	}
+	value := func(x any) {
+		if err != nil {
+			return
+		}
+		buf.Reset()
+		if err = enc.Encode(x); err == nil {
+			_, err = w.Write(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+		}
+	}
+	list := func(n int, item func(i int)) {
+		put("[")
+		for i := range n {
+			if i > 0 {
+				put(",")
+			}
+			item(i)
+		}
+		put("]")
+	}
+	put(`{"version":` + strconv.Itoa(v.format) + `,"resources":[`)
+	first := true
+	v.resources.Ascend(func(r *Resource) bool {
+		if !first {
+			put(",")
+		}
+		first = false
+		value(r)
+		return err == nil
+	})
+	put(`],"leases":`)
+	list(len(v.leases), func(i int) {
+		value(leaseRecord{PortLease: v.leases[i], IdempotencyKey: v.leases[i].IdempotencyKey})
+	})
+	put(`,"tokens":`)
+	list(len(v.tokens), func(i int) { value(v.tokens[i]) })
+	put(`,"primary":`)
+	value(v.primary)
+	put(`,"lastNow":` + strconv.FormatInt(v.lastNow, 10) + `,"indexes":`)
+	value(v.indexes[:])
+	if len(v.idem) > 0 {
+		put(`,"idempotency":`)
+		list(len(v.idem), func(i int) { value(v.idem[i]) })
+	}
+	if applied != 0 {
+		put(`,"applied":` + strconv.FormatUint(applied, 10))
+	}
+	put("}")
+	if err != nil {
+		return err
+	}
+	return w.Flush()
+}
+
+// Snapshot copies the state (see view); Persist encodes the copy later while
+// Apply goes on.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	doc := f.documentLocked()
-	doc.Applied = f.applied
-	return &snapshot{doc: doc}, nil
+	v, applied := f.view()
+	return &snapshot{view: v, applied: applied}, nil
 }
 
 // Restore replaces the state with a snapshot: it decodes into a fresh state
@@ -76,7 +163,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	var doc document
-	if err := json.NewDecoder(rc).Decode(&doc); err != nil {
+	if err := json.NewDecoder(bufio.NewReaderSize(rc, 64<<10)).Decode(&doc); err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
 	st, err := doc.state()
@@ -95,15 +182,17 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 }
 
 func (doc document) state() (*state, error) {
-	if doc.Version != SnapshotVersion {
-		return nil, fmt.Errorf("snapshot version %d is not supported (want %d)", doc.Version, SnapshotVersion)
+	if doc.Version < 1 || doc.Version > MaxFormat {
+		return nil, fmt.Errorf("snapshot version %d is not supported (this build reads 1 to %d)", doc.Version, MaxFormat)
 	}
 	st := newState()
-	for _, r := range doc.Resources {
+	st.format = doc.Version
+	for i := range doc.Resources {
+		r := &doc.Resources[i]
 		if r.Attrs == nil {
 			r.Attrs = map[string]json.RawMessage{}
 		}
-		st.resources[r.ID] = r
+		st.resources.ReplaceOrInsert(r)
 	}
 	for _, l := range doc.Leases {
 		p := l.PortLease
@@ -112,7 +201,6 @@ func (doc document) state() (*state, error) {
 	}
 	for _, t := range doc.Tokens {
 		st.tokens[t.Machine] = t
-		st.byHash[t.SHA256] = t.Machine
 	}
 	for _, rec := range doc.Idempotency {
 		st.idem[rec.Key] = rec
@@ -120,18 +208,24 @@ func (doc document) state() (*state, error) {
 	st.primary = doc.Primary
 	st.lastNow = doc.LastNow
 	copy(st.indexes[:], doc.Indexes)
+	st.rebuildIndexes()
 	return st, nil
 }
 
-type snapshot struct{ doc document }
+type snapshot struct {
+	view    view
+	applied uint64
+}
 
 // Persist writes the document and cancels the sink on any error. Like
 // Encode it does not escape HTML, so a replica restored from a snapshot holds
 // the same attrs bytes as one that applied the log.
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	enc := json.NewEncoder(sink)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(s.doc); err != nil {
+	err := s.view.write(sink, s.applied)
+	if err == nil {
+		_, err = sink.Write([]byte("\n"))
+	}
+	if err != nil {
 		_ = sink.Cancel()
 		return fmt.Errorf("persist snapshot: %w", err)
 	}

@@ -208,7 +208,8 @@ func TestFSM_RestoreRefuses(t *testing.T) {
 		name string
 		data string
 	}{
-		{name: "unknown version", data: strings.Replace(valid, `"version":1`, `"version":2`, 1)},
+		{name: "unknown version", data: strings.Replace(valid, `"version":1`, `"version":99`, 1)},
+		{name: "version 0", data: strings.Replace(valid, `"version":1`, `"version":0`, 1)},
 		{name: "no version", data: strings.Replace(valid, `"version":1,`, ``, 1)},
 		{name: "truncated", data: valid[:len(valid)/2]},
 		{name: "not JSON", data: "snapshot"},

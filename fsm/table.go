@@ -16,7 +16,7 @@ type commandSpec struct {
 	// apply applies the command at a.now and returns its result or error.
 	apply func(a *applier, cmd Command) any
 	// ownClock marks a command that sets the cluster time itself instead of
-	// having its Now clamped to at least lastNow (only ClaimPrimary).
+	// having its Now clamped to at least lastNow (only a claim).
 	ownClock bool
 }
 
@@ -55,12 +55,15 @@ var commandTable = map[CommandType]commandSpec{
 	ReleaseLeaseType:      define("release-lease", (*applier).release),
 	IssueTokenType:        define("issue-token", (*applier).issueToken),
 	RevokeTokenType:       define("revoke-token", (*applier).revokeToken),
-	ClaimPrimaryType:      claimSpec(),
+	ClaimPrimaryType:      ownClock(define("claim-primary", (*applier).claim)),
 	SweepType:             define("sweep", (*applier).sweep),
+	BatchType:             define("batch", (*applier).batch),
+	SetFormatType:         define("set-format", (*applier).setFormat),
 }
 
-func claimSpec() commandSpec {
-	s := define("claim-primary", (*applier).claim)
+// ownClock marks a spec whose apply function sets the cluster time itself: a
+// claim, which may move it back.
+func ownClock(s commandSpec) commandSpec {
 	s.ownClock = true
 	return s
 }

@@ -5,55 +5,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/elanous/elanous-node/api/wire"
 )
-
-func TestValidMachine(t *testing.T) {
-	tests := []struct {
-		name string
-		want bool
-	}{
-		{"mbp", true},
-		{"MBP-2.local_x", true},
-		{"0", true},
-		{strings.Repeat("m", 253), true},
-		{strings.Repeat("m", 254), false},
-		{"", false},
-		{"__proto__", false},
-		{"constructor", false},
-		{"prototype", false},
-		{".hidden", false},
-		{"_x", false},
-		{"a/b", false},
-		{"mäschine", false},
-		{"a\n", false},
-	}
-	for _, tt := range tests {
-		if got := ValidMachine(tt.name); got != tt.want {
-			t.Errorf("ValidMachine(%q) = %v, want %v", tt.name, got, tt.want)
-		}
-	}
-}
-
-func TestValidCandidate(t *testing.T) {
-	tests := []struct {
-		name string
-		want bool
-	}{
-		{"node-a", true},
-		{"0", true},
-		{strings.Repeat("n", 32), true},
-		{strings.Repeat("n", 33), false},
-		{"Node-a", false},
-		{"-node", false},
-		{"node.a", false},
-		{"", false},
-	}
-	for _, tt := range tests {
-		if got := ValidCandidate(tt.name); got != tt.want {
-			t.Errorf("ValidCandidate(%q) = %v, want %v", tt.name, got, tt.want)
-		}
-	}
-}
 
 func TestValidateAttrs(t *testing.T) {
 	tests := []struct {
@@ -64,12 +18,12 @@ func TestValidateAttrs(t *testing.T) {
 		{name: "nil", attrs: nil},
 		{name: "empty", attrs: map[string]json.RawMessage{}},
 		{name: "values of every kind", attrs: attrs(`{"n":1,"s":"x","a":[1],"o":{"k":null},"b":true}`)},
-		{name: "exactly 16 KiB", attrs: bigAttrs("k", MaxAttrsBytes)},
-		{name: "16 KiB plus one", attrs: bigAttrs("k", MaxAttrsBytes+1), wantErr: true},
+		{name: "exactly 16 KiB", attrs: bigAttrs("k", wire.MaxAttrsBytes)},
+		{name: "16 KiB plus one", attrs: bigAttrs("k", wire.MaxAttrsBytes+1), wantErr: true},
 		{name: "16 KiB of HTML characters", attrs: map[string]json.RawMessage{
-			"k": json.RawMessage(`"` + strings.Repeat("<", MaxAttrsBytes-len(`{"k":""}`)) + `"`)}},
+			"k": json.RawMessage(`"` + strings.Repeat("<", wire.MaxAttrsBytes-len(`{"k":""}`)) + `"`)}},
 		{name: "white space in a request is not counted", attrs: map[string]json.RawMessage{
-			"k": json.RawMessage("[" + strings.Repeat(" ", MaxAttrsBytes) + "1]")}},
+			"k": json.RawMessage("[" + strings.Repeat(" ", wire.MaxAttrsBytes) + "1]")}},
 		{name: "many small keys over 16 KiB", attrs: func() map[string]json.RawMessage {
 			m := map[string]json.RawMessage{}
 			for i := range 2000 {

@@ -30,7 +30,7 @@ var (
 	ErrInvalidResponse = errors.New("invalid response body")
 	// ErrInvalidURL is returned by ParseOrigin (and everything that validates
 	// an address) for anything but an http(s) origin.
-	ErrInvalidURL = errors.New("invalid primary URL")
+	ErrInvalidURL = wire.ErrInvalidURL
 	// ErrInvalidTokens is returned when a scoped token set has an unknown
 	// scope or a malformed token (primary.ts "invalid primary tokens").
 	ErrInvalidTokens = errors.New("invalid primary tokens")
@@ -155,11 +155,11 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		c.httpc = &http.Client{}
 	}
 	if c.resolver == nil {
-		origin, err := ParseOrigin(cfg.URL)
+		origin, err := wire.ParseOrigin(cfg.URL)
 		if err != nil {
 			return nil, fmt.Errorf("new client: %w", err)
 		}
-		if cfg.Token != "" && !ValidToken(cfg.Token) {
+		if cfg.Token != "" && !wire.ValidToken(cfg.Token) {
 			return nil, fmt.Errorf("new client: %w", ErrInvalidToken)
 		}
 		c.target, c.resolved = Address{URL: origin, Token: cfg.Token, Source: "config"}, true

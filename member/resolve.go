@@ -9,9 +9,6 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"net/url"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -24,52 +21,6 @@ const ResolveTimeout = 5 * time.Second
 
 // maxPrimaryBody bounds what is read of a /v1/primary answer.
 const maxPrimaryBody = 64 << 10
-
-// ParseOrigin validates an API address the way primary.ts address() does and
-// returns its origin: the scheme must be http or https, and the URL may carry
-// no credentials, no path other than "/", no query and no fragment. The
-// origin is lowercased and drops a default port (http://H:80 → http://h).
-func ParseOrigin(raw string) (string, error) {
-	u, err := url.Parse(strings.TrimSpace(raw))
-	if err != nil {
-		return "", fmt.Errorf("%w %q: %v", ErrInvalidURL, raw, err)
-	}
-	scheme := strings.ToLower(u.Scheme)
-	switch {
-	case scheme != "http" && scheme != "https":
-		return "", fmt.Errorf("%w %q: the scheme must be http or https", ErrInvalidURL, raw)
-	case u.Opaque != "" || u.Host == "":
-		return "", fmt.Errorf("%w %q: no host", ErrInvalidURL, raw)
-	case u.User != nil:
-		return "", fmt.Errorf("%w: an address may not carry credentials", ErrInvalidURL)
-	case u.Path != "" && u.Path != "/":
-		return "", fmt.Errorf("%w %q: an address may not have a path", ErrInvalidURL, raw)
-	case u.RawQuery != "" || u.Fragment != "":
-		return "", fmt.Errorf("%w %q: an address may not have a query or fragment", ErrInvalidURL, raw)
-	}
-	host, port := strings.ToLower(u.Hostname()), u.Port()
-	if host == "" {
-		return "", fmt.Errorf("%w %q: no host", ErrInvalidURL, raw)
-	}
-	if port != "" {
-		n, err := strconv.Atoi(port)
-		if err != nil || n > 65535 {
-			return "", fmt.Errorf("%w %q: bad port", ErrInvalidURL, raw)
-		}
-		if (scheme == "http" && n == 80) || (scheme == "https" && n == 443) {
-			port = ""
-		} else {
-			port = strconv.Itoa(n)
-		}
-	}
-	if strings.Contains(host, ":") {
-		host = "[" + host + "]"
-	}
-	if port != "" {
-		host += ":" + port
-	}
-	return scheme + "://" + host, nil
-}
 
 // Candidate is a candidate machine a member may reach.
 type Candidate struct {
@@ -183,7 +134,7 @@ func NewResolver(cfg ResolverConfig) (*Resolver, error) {
 	seen := make(map[string]bool, len(cfg.Candidates))
 	for _, c := range cfg.Candidates {
 		if c.Machine != "" {
-			if !ValidCandidateName(c.Machine) {
+			if !wire.ValidCandidate(c.Machine) {
 				return nil, fmt.Errorf("%w %q", ErrInvalidCandidate, c.Machine)
 			}
 			if seen[c.Machine] {
@@ -191,7 +142,7 @@ func NewResolver(cfg ResolverConfig) (*Resolver, error) {
 			}
 			seen[c.Machine] = true
 		}
-		origin, err := ParseOrigin(c.URL)
+		origin, err := wire.ParseOrigin(c.URL)
 		if err != nil {
 			return nil, fmt.Errorf("candidate %q: %w", c.Machine, err)
 		}
@@ -202,17 +153,17 @@ func NewResolver(cfg ResolverConfig) (*Resolver, error) {
 	}
 	var err error
 	if cfg.URL != "" {
-		if r.configURL, err = ParseOrigin(cfg.URL); err != nil {
+		if r.configURL, err = wire.ParseOrigin(cfg.URL); err != nil {
 			return nil, fmt.Errorf("configured url: %w", err)
 		}
 	}
 	if cfg.LocalURL != "" {
-		if r.localURL, err = ParseOrigin(cfg.LocalURL); err != nil {
+		if r.localURL, err = wire.ParseOrigin(cfg.LocalURL); err != nil {
 			return nil, fmt.Errorf("local url: %w", err)
 		}
 	}
 	if cfg.Join != nil {
-		origin, err := ParseOrigin(cfg.Join.URL)
+		origin, err := wire.ParseOrigin(cfg.Join.URL)
 		if err != nil {
 			return nil, fmt.Errorf("join file url: %w", err)
 		}
@@ -325,7 +276,7 @@ func (r *Resolver) Route(ctx context.Context) (Address, error) {
 // the local one. It lets a caller talk to one particular candidate, as
 // `status` does.
 func (r *Resolver) AddressFor(rawURL string) (Address, error) {
-	origin, err := ParseOrigin(rawURL)
+	origin, err := wire.ParseOrigin(rawURL)
 	if err != nil {
 		return Address{}, err
 	}
@@ -382,7 +333,7 @@ func (r *Resolver) addressAt(target string, own Tokens, static bool) (Address, e
 	if !has && (static || (r.configURL != "" && r.configURL == target)) {
 		configured, has = r.configTokens[role]
 	}
-	if has && !ValidToken(configured) {
+	if has && !wire.ValidToken(configured) {
 		return Address{}, fmt.Errorf("%w for %s", ErrInvalidToken, target)
 	}
 	joined, hasJoined := "", false
@@ -416,7 +367,7 @@ func (r *Resolver) holderIndex(reply primaryReply) int {
 			return i
 		}
 	}
-	origin, err := ParseOrigin(reply.url)
+	origin, err := wire.ParseOrigin(reply.url)
 	if err != nil {
 		return -1
 	}

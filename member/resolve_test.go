@@ -8,41 +8,6 @@ import (
 	"time"
 )
 
-func TestParseOrigin(t *testing.T) {
-	tests := []struct {
-		in      string
-		want    string
-		wantErr bool
-	}{
-		{in: "http://10.0.0.1:31413", want: "http://10.0.0.1:31413"},
-		{in: "http://10.0.0.1:31413/", want: "http://10.0.0.1:31413"},
-		{in: "HTTPS://Node-A.Example:443/", want: "https://node-a.example"},
-		{in: "http://h:80", want: "http://h"},
-		{in: "http://[::1]:31413", want: "http://[::1]:31413"},
-		{in: "ftp://h", wantErr: true},
-		{in: "http://user@h", wantErr: true},
-		{in: "http://user:pw@h", wantErr: true},
-		{in: "http://h/v1", wantErr: true},
-		{in: "http://h/?a=1", wantErr: true},
-		{in: "http://h/#frag", wantErr: true},
-		{in: "http://h:99999", wantErr: true},
-		{in: "h:31413", wantErr: true},
-		{in: "", wantErr: true},
-	}
-	for _, tt := range tests {
-		got, err := ParseOrigin(tt.in)
-		if (err != nil) != tt.wantErr || got != tt.want {
-			t.Errorf("ParseOrigin(%q) = %q, %v; want %q, error %v", tt.in, got, err, tt.want, tt.wantErr)
-		}
-		if err != nil && !errors.Is(err, ErrInvalidURL) {
-			t.Errorf("ParseOrigin(%q) error = %v, want ErrInvalidURL", tt.in, err)
-		}
-		if strings.Contains(tt.in, "pw") && err != nil && strings.Contains(err.Error(), "pw") {
-			t.Errorf("ParseOrigin(%q) error %q repeats the credentials", tt.in, err)
-		}
-	}
-}
-
 func TestNewResolver_Validation(t *testing.T) {
 	ok := Candidate{Machine: "node-a", URL: "http://10.0.0.1:31413"}
 	tests := []struct {

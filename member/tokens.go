@@ -11,7 +11,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"github.com/elanous/elanous-node/api/wire"
@@ -36,34 +35,6 @@ const JoinFilePath = "control/join.json"
 // maxSecretFile bounds what is read from a join or token file.
 const maxSecretFile = 64 << 10
 
-var (
-	tokenPattern     = regexp.MustCompile(`^[a-f0-9]{64}$`)
-	machinePattern   = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]*$`)
-	candidatePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
-)
-
-// ValidToken reports whether s has the form of a bearer token: 64 lowercase
-// hex characters.
-func ValidToken(s string) bool { return tokenPattern.MatchString(s) }
-
-// ValidMachine reports whether name is an acceptable machine name: it matches
-// ^[a-zA-Z0-9][a-zA-Z0-9._-]*$, is at most 253 characters and is not one of
-// __proto__, constructor or prototype.
-func ValidMachine(name string) bool {
-	if len(name) > wire.MaxMachineName || !machinePattern.MatchString(name) {
-		return false
-	}
-	switch name {
-	case "__proto__", "constructor", "prototype":
-		return false
-	}
-	return true
-}
-
-// ValidCandidateName reports whether name is an acceptable candidate machine
-// name: ^[a-z0-9][a-z0-9-]{0,31}$.
-func ValidCandidateName(name string) bool { return candidatePattern.MatchString(name) }
-
 // validate checks a scoped token set the way primary.ts scopedTokens does:
 // only the three scopes as keys, every value a well-formed token.
 func (t Tokens) validate() error {
@@ -73,7 +44,7 @@ func (t Tokens) validate() error {
 		default:
 			return fmt.Errorf("%w: unknown scope %q", ErrInvalidTokens, string(scope))
 		}
-		if !ValidToken(token) {
+		if !wire.ValidToken(token) {
 			return fmt.Errorf("%w: the %s token is not 64 lowercase hex characters", ErrInvalidTokens, scope)
 		}
 	}
@@ -212,7 +183,7 @@ func parseJoin(data []byte) (*Join, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: url is not a string", ErrInvalidJoinFile)
 	}
-	origin, err := ParseOrigin(rawURL)
+	origin, err := wire.ParseOrigin(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidJoinFile, err)
 	}
@@ -221,10 +192,10 @@ func parseJoin(data []byte) (*Join, error) {
 	if hasMachine || hasToken {
 		machine, okM := jsonString(row["machine"])
 		token, okT := jsonString(row["token"])
-		if !okM || !ValidMachine(machine) {
+		if !okM || !wire.ValidMachine(machine) {
 			return nil, fmt.Errorf("%w: invalid machine", ErrInvalidJoinFile)
 		}
-		if !okT || !ValidToken(token) {
+		if !okT || !wire.ValidToken(token) {
 			return nil, fmt.Errorf("%w: the token is not 64 lowercase hex characters", ErrInvalidJoinFile)
 		}
 		return &Join{URL: origin, Machine: machine, Tokens: Tokens{ScopeMember: token}}, nil
@@ -281,7 +252,7 @@ func jsonString(raw json.RawMessage) (string, bool) {
 // one, and is written as {url, machine, token}; otherwise j.Tokens must hold
 // at least one scoped token and is written as {url, tokens}.
 func WriteJoinFile(root string, j Join) error {
-	origin, err := ParseOrigin(j.URL)
+	origin, err := wire.ParseOrigin(j.URL)
 	if err != nil {
 		return fmt.Errorf("write join file: %w", err)
 	}
@@ -290,7 +261,7 @@ func WriteJoinFile(root string, j Join) error {
 	}
 	value := wire.JoinFile{URL: origin}
 	if j.Machine != "" {
-		if !ValidMachine(j.Machine) {
+		if !wire.ValidMachine(j.Machine) {
 			return fmt.Errorf("write join file: invalid machine %q", j.Machine)
 		}
 		tok, ok := j.Tokens[ScopeMember]
@@ -392,7 +363,7 @@ func ReadTokenFile(path string) (TokenFile, error) {
 		return TokenFile{}, err
 	}
 	text := strings.TrimSpace(string(data))
-	if ValidToken(text) {
+	if wire.ValidToken(text) {
 		return TokenFile{Bare: text}, nil
 	}
 	if !strings.HasPrefix(text, "{") {

@@ -6,11 +6,8 @@ package apitest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
-	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
@@ -18,6 +15,7 @@ import (
 	"github.com/elanous/elanous-node/api"
 	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/cluster"
+	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/hashicorp/raft"
 )
 
@@ -56,12 +54,6 @@ type Options struct {
 	API func(i int, d *api.Deps)
 }
 
-func token() string {
-	var b [32]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // Start starts a cluster and waits until every node is ready. It is stopped
 // by t.Cleanup.
 func Start(t testing.TB, opts Options) *Cluster {
@@ -78,7 +70,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if opts.CommitTimeout == 0 {
 		opts.CommitTimeout = 5 * time.Millisecond
 	}
-	c := &Cluster{t: t, opts: opts, Tokens: wire.TokensFile{Admin: token(), Member: token(), Query: token()}}
+	c := &Cluster{t: t, opts: opts, Tokens: wire.TokensFile{Admin: testutil.RandomToken(), Member: testutil.RandomToken(), Query: testutil.RandomToken()}}
 	var lns []net.Listener
 	for i := 0; i < opts.Nodes; i++ {
 		trans, err := raft.NewTCPTransport("127.0.0.1:0", nil, 3, 2*time.Second, nil)
@@ -226,16 +218,5 @@ func (c *Cluster) WaitApplied() {
 // WaitFor polls cond every 5 ms until it holds, failing the test after d.
 func (c *Cluster) WaitFor(what string, d time.Duration, cond func() bool) {
 	c.t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			c.t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		<-tick.C
-	}
+	testutil.WaitFor(c.t, what, d, cond)
 }
-
-// Client is an http.Client with a short timeout for tests.
-var Client = &http.Client{Timeout: 10 * time.Second}

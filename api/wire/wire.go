@@ -38,14 +38,6 @@ const (
 	CodeInternal          = "internal"             // 500
 )
 
-// Limits enforced by the server.
-const (
-	MaxBodyBytes   = 64 << 10         // a request body larger than this is refused with 413
-	MaxAttrsBytes  = 16 << 10         // encoded attrs larger than this are refused with 400
-	MaxLeaseTTLMs  = 24 * 3600 * 1000 // a longer lease TTL is capped to this
-	MaxMachineName = 253
-)
-
 // Error is the body of every error response.
 type Error struct {
 	Error   string `json:"error"`

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/config"
 	"github.com/elanous/elanous-node/member"
 )
@@ -118,7 +119,7 @@ func (f *clientFlags) env(cmd *cobra.Command, scope member.Scope) (*clientEnv, e
 	switch {
 	case os.Getenv(tokenEnv) != "":
 		tok := strings.TrimSpace(os.Getenv(tokenEnv))
-		if !member.ValidToken(tok) {
+		if !wire.ValidToken(tok) {
 			return nil, fmt.Errorf("%s is set but is not a token (64 lowercase hex characters)", tokenEnv)
 		}
 		e.token, e.tokenFrom = tok, tokenEnv
@@ -165,7 +166,7 @@ func parseCandidates(raw string) ([]member.Candidate, error) {
 		} else {
 			c = member.Candidate{URL: item}
 		}
-		if _, err := member.ParseOrigin(c.URL); err != nil {
+		if _, err := wire.ParseOrigin(c.URL); err != nil {
 			return nil, fmt.Errorf("--candidates: %w", err)
 		}
 		out = append(out, c)

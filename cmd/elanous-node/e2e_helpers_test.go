@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -25,6 +24,7 @@ import (
 	"time"
 
 	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/internal/testutil"
 )
 
 // TestMain removes the directory of the binary the e2e tests build, if any.
@@ -501,106 +501,40 @@ func (c *e2eCluster) checkLogs(procs ...*proc) {
 	}
 }
 
-// httpClient is the client of every test request; no proxy, short timeouts.
-var httpClient = &http.Client{
-	Timeout:   3 * time.Second,
-	Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true},
-}
+// e2eClient sends every request of the end-to-end tests: a new connection
+// per request (the tests kill the processes they talk to) and a 3 s bound.
+var e2eClient = testutil.NewClient(3*time.Second, false)
 
-// response is an HTTP answer read in full.
-type response struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-func (r response) String() string { return fmt.Sprintf("%d %s", r.status, bytes.TrimSpace(r.body)) }
-
-// call sends one request; body, when not nil, is sent as JSON. hdr holds
-// extra headers as name, value pairs.
-func call(method, url, token string, body any, hdr ...string) (response, error) {
-	var rd io.Reader
-	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			return response{}, err
-		}
-		rd = bytes.NewReader(data)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, url, rd)
-	if err != nil {
-		return response{}, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return response{}, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return response{}, err
-	}
-	return response{status: resp.StatusCode, header: resp.Header, body: data}, nil
-}
-
-// mustCall sends a request and fails the test unless the status is want; it
-// decodes the body into out when out is not nil.
-func mustCall(t *testing.T, want int, out any, method, url, token string, body any, hdr ...string) response {
-	t.Helper()
-	r, err := call(method, url, token, body, hdr...)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	if r.status != want {
-		t.Fatalf("%s %s = %v, want %d", method, url, r, want)
-	}
-	if out != nil {
-		if err := json.Unmarshal(r.body, out); err != nil {
-			t.Fatalf("%s %s: decode %q: %v", method, url, r.body, err)
-		}
-	}
-	return r
+// e2eCall is a request of the end-to-end tests: body, when not nil, is sent
+// as JSON with token's bearer authorization.
+func e2eCall(method, url, token string, body any) testutil.Call {
+	c := testutil.JSONCall(method, url, token, body)
+	c.Client = e2eClient
+	return c
 }
 
 // getPrimary fetches GET /v1/primary without a token, as members do.
 func getPrimary(base string) (wire.Primary, error) {
-	r, err := call(http.MethodGet, base+"/v1/primary", "", nil)
+	r, err := testutil.DoExpect(e2eCall(http.MethodGet, base+"/v1/primary", "", nil), http.StatusOK)
 	if err != nil {
 		return wire.Primary{}, err
 	}
-	if r.status != http.StatusOK {
-		return wire.Primary{}, fmt.Errorf("GET /v1/primary = %v", r)
-	}
 	var p wire.Primary
-	if err := json.Unmarshal(r.body, &p); err != nil {
-		return wire.Primary{}, fmt.Errorf("decode /v1/primary %q: %w", r.body, err)
+	if err := json.Unmarshal(r.Body, &p); err != nil {
+		return wire.Primary{}, fmt.Errorf("decode /v1/primary %q: %w", r.Body, err)
 	}
 	return p, nil
 }
 
 // getStatus fetches GET /v1/cluster/status with the query token.
 func (c *e2eCluster) getStatus(nd *e2eNode) (wire.ClusterStatus, error) {
-	r, err := call(http.MethodGet, nd.url+"/v1/cluster/status", c.tokens.Query, nil)
+	r, err := testutil.DoExpect(e2eCall(http.MethodGet, nd.url+"/v1/cluster/status", c.tokens.Query, nil), http.StatusOK)
 	if err != nil {
 		return wire.ClusterStatus{}, err
 	}
-	if r.status != http.StatusOK {
-		return wire.ClusterStatus{}, fmt.Errorf("GET /v1/cluster/status = %v", r)
-	}
 	var st wire.ClusterStatus
-	if err := json.Unmarshal(r.body, &st); err != nil {
-		return wire.ClusterStatus{}, fmt.Errorf("decode /v1/cluster/status %q: %w", r.body, err)
+	if err := json.Unmarshal(r.Body, &st); err != nil {
+		return wire.ClusterStatus{}, fmt.Errorf("decode /v1/cluster/status %q: %w", r.Body, err)
 	}
 	return st, nil
 }
@@ -617,23 +551,6 @@ func registerBody(id, machine string) map[string]any {
 // acquireBody is a port lease request with a TTL no test outlives.
 func acquireBody(machine, purpose string) map[string]any {
 	return map[string]any{"machine": machine, "purpose": purpose, "ttlMs": 600_000}
-}
-
-// pollUntil calls f every 20 ms until it returns nil or timeout passes, then
-// fails the test with f's last error.
-func pollUntil(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // grepTree returns the files under root whose content contains needle.
@@ -729,23 +646,6 @@ func checkStatusCommand(t *testing.T, urls []string, queryToken string) {
 		t.Errorf("elanous-node status table shows %d leaders, want 1:\n%s", n, table)
 	}
 	t.Logf("elanous-node status:\n%s", table)
-}
-
-// mustStatus sends a request and returns an error unless the status is want.
-func mustStatus(method, u, token string, want int) (response, error) {
-	r, err := call(method, u, token, nil)
-	if err != nil {
-		return r, err
-	}
-	if r.status != want {
-		return r, fmt.Errorf("%s %s = %v, want %d", method, u, r, want)
-	}
-	return r, nil
-}
-
-// encodeURIComponent escapes a resource id as the TypeScript client puts it in a path.
-func encodeURIComponent(s string) string {
-	return strings.NewReplacer("%", "%25", ":", "%3A", "/", "%2F", " ", "%20").Replace(s)
 }
 
 // ackedWrites records the writes the cluster acknowledged (a 2xx answer).

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/elanous/elanous-node/api/wire"
-	"github.com/elanous/elanous-node/member"
+	"github.com/elanous/elanous-node/internal/testutil"
 )
 
 // Member timings of the acceptance criterion: heartbeat every 500 ms, a lease
@@ -125,9 +125,7 @@ func (b *syncBuffer) String() string {
 }
 
 // pollClient keeps connections alive: the claim watchers poll every 5 ms.
-func pollClient() *http.Client {
-	return &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 4}}
-}
+func pollClient() *http.Client { return testutil.NewClient(2*time.Second, true) }
 
 // claimSeen is when a node was first seen to have applied a new claim.
 type claimSeen struct {
@@ -156,15 +154,13 @@ func (c *e2eCluster) watchClaims(nodes []*e2eNode, gen uint64) *claimWatch {
 			var prevSent time.Time
 			for ctx.Err() == nil {
 				sent := time.Now()
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, nd.url+"/v1/cluster/status", nil)
-				req.Header.Set("Authorization", "Bearer "+c.tokens.Query)
-				resp, err := hc.Do(req)
+				call := testutil.JSONCall(http.MethodGet, nd.url+"/v1/cluster/status", c.tokens.Query, nil)
+				call.Client = hc
+				r, err := testutil.DoContext(ctx, call)
 				if err == nil {
-					var st wire.ClusterStatus
-					derr := json.NewDecoder(resp.Body).Decode(&st)
-					resp.Body.Close()
 					at := time.Now()
-					if derr == nil && resp.StatusCode == http.StatusOK {
+					var st wire.ClusterStatus
+					if json.Unmarshal(r.Body, &st) == nil && r.Status == http.StatusOK {
 						w.mu.Lock()
 						w.polled[nd.id]++
 						if st.Primary.Generation > gen {
@@ -196,7 +192,7 @@ func (w *claimWatch) polls(id string) int {
 // wait returns once every watched node has shown the new claim, or fails the test at timeout.
 func (w *claimWatch) wait(t *testing.T, nodes []*e2eNode, timeout time.Duration) map[string]claimSeen {
 	t.Helper()
-	pollUntil(t, timeout, "the new claim applied on every survivor", func() error {
+	testutil.Poll(t, "the new claim applied on every survivor", timeout, func() error {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		for _, nd := range nodes {
@@ -248,23 +244,18 @@ func (c *e2eCluster) monitorMember(nodes []*e2eNode, ids []string, port int, lea
 	m := &memberMonitor{cancel: cancel, checks: map[string]int{}}
 	hc := pollClient()
 	get := func(url string, out any) (int, error) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		req.Header.Set("Authorization", "Bearer "+c.tokens.Query)
-		resp, err := hc.Do(req)
+		call := testutil.JSONCall(http.MethodGet, url, c.tokens.Query, nil)
+		call.Client = hc
+		r, err := testutil.DoContext(ctx, call)
 		if err != nil {
 			return 0, err
 		}
-		defer resp.Body.Close()
-		data, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return 0, err
-		}
-		if resp.StatusCode == http.StatusOK {
-			if err := json.Unmarshal(data, out); err != nil {
-				return 0, fmt.Errorf("decode %q: %w", data, err)
+		if r.Status == http.StatusOK {
+			if err := json.Unmarshal(r.Body, out); err != nil {
+				return 0, fmt.Errorf("decode %q: %w", r.Body, err)
 			}
 		}
-		return resp.StatusCode, nil
+		return r.Status, nil
 	}
 	violate := func(format string, args ...any) {
 		m.mu.Lock()
@@ -340,13 +331,13 @@ func (m *memberMonitor) count(id string) int {
 // until every node has applied it (a node that has not answers 401).
 func (c *e2eCluster) issueMachineToken(nd *e2eNode, machine string) string {
 	c.t.Helper()
-	var issued wire.IssuedToken
-	mustCall(c.t, http.StatusCreated, &issued, http.MethodPost, nd.url+"/v1/tokens/member", c.tokens.Admin,
-		wire.IssueTokenRequest{Machine: machine})
-	if !member.ValidToken(issued.Token) {
+	issued := testutil.Decode[wire.IssuedToken](c.t, testutil.Expect(c.t,
+		e2eCall(http.MethodPost, nd.url+"/v1/tokens/member", c.tokens.Admin, wire.IssueTokenRequest{Machine: machine}),
+		http.StatusCreated))
+	if !wire.ValidToken(issued.Token) {
 		c.t.Fatalf("POST /v1/tokens/member answered a malformed token for %s", issued.Machine)
 	}
-	pollUntil(c.t, 5*time.Second, "every node has applied the machine token", func() error {
+	testutil.Poll(c.t, "every node has applied the machine token", 5*time.Second, func() error {
 		for _, o := range c.running() {
 			st, err := c.getStatus(o)
 			if err != nil {

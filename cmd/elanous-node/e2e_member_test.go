@@ -11,10 +11,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +22,7 @@ import (
 	"time"
 
 	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/elanous/elanous-node/member"
 )
 
@@ -121,14 +120,14 @@ func memberSurvivesLeaderKill(t *testing.T, follow bool) {
 	defer hb.Stop()
 
 	// Both records registered and replicated everywhere.
-	pollUntil(t, 5*time.Second, "the member's records on every node", func() error {
+	testutil.Poll(t, "the member's records on every node", 5*time.Second, func() error {
 		for _, nd := range c.nodes {
-			r, err := mustStatus(http.MethodGet, nd.url+"/v1/resources?machine="+machine, c.tokens.Query, http.StatusOK)
+			r, err := testutil.DoExpect(e2eCall(http.MethodGet, nd.url+"/v1/resources?machine="+machine, c.tokens.Query, nil), http.StatusOK)
 			if err != nil {
 				return err
 			}
 			var list []wire.Resource
-			if err := json.Unmarshal(r.body, &list); err != nil {
+			if err := json.Unmarshal(r.Body, &list); err != nil {
 				return err
 			}
 			if len(list) != 2 {
@@ -154,7 +153,7 @@ func memberSurvivesLeaderKill(t *testing.T, follow bool) {
 
 	// Run ~2 s: four lease renewals and four heartbeats acknowledged.
 	runStart := time.Now()
-	pollUntil(t, 10*time.Second, "the member running ~2 s", func() error {
+	testutil.Poll(t, "the member running ~2 s", 10*time.Second, func() error {
 		select {
 		case err := <-lostErr:
 			t.Fatalf("the lease was lost before the kill: %v", err)
@@ -172,8 +171,9 @@ func memberSurvivesLeaderKill(t *testing.T, follow bool) {
 		}
 		return nil
 	})
-	var preKill wire.PortLease
-	mustCall(t, http.StatusOK, &preKill, http.MethodGet, fmt.Sprintf("%s/v1/leases/port/%d", leader.url, lease.Port), c.tokens.Query, nil)
+	preKill := testutil.Decode[wire.PortLease](t, testutil.Expect(t,
+		e2eCall(http.MethodGet, fmt.Sprintf("%s/v1/leases/port/%d", leader.url, lease.Port), c.tokens.Query, nil),
+		http.StatusOK))
 
 	// SIGKILL the leader.
 	killed := leader
@@ -195,7 +195,7 @@ func memberSurvivesLeaderKill(t *testing.T, follow bool) {
 
 	// (d) The member's first successful write after the kill.
 	var firstWrite postEvent
-	pollUntil(t, 5*time.Second, "the member's first acknowledged write after the kill", func() error {
+	testutil.Poll(t, "the member's first acknowledged write after the kill", 5*time.Second, func() error {
 		acked := posts.events(func(e postEvent) bool { return e.ok() && !e.sent.Before(killedAt) })
 		if len(acked) == 0 {
 			return errors.New("none yet")
@@ -231,7 +231,7 @@ func memberSurvivesLeaderKill(t *testing.T, follow bool) {
 		name string
 		keep func(postEvent) bool
 	}{{"heartbeat", isHeartbeat}, {"lease renewal", isLeaseRenewal}} {
-		pollUntil(t, 5*time.Second, "a "+k.name+" after the kill", func() error {
+		testutil.Poll(t, "a "+k.name+" after the kill", 5*time.Second, func() error {
 			if _, ok := firstOf(k.keep); !ok {
 				return errors.New("none yet")
 			}
@@ -248,12 +248,12 @@ func memberSurvivesLeaderKill(t *testing.T, follow bool) {
 	// (c) The new leader holds the lease under the same id, renewed in the
 	// new term, expiring later than before the kill.
 	var after wire.PortLease
-	pollUntil(t, 5*time.Second, "the lease renewed on the new leader", func() error {
-		r, err := mustStatus(http.MethodGet, fmt.Sprintf("%s/v1/leases/port/%d", newLeader.url, lease.Port), c.tokens.Query, http.StatusOK)
+	testutil.Poll(t, "the lease renewed on the new leader", 5*time.Second, func() error {
+		r, err := testutil.DoExpect(e2eCall(http.MethodGet, fmt.Sprintf("%s/v1/leases/port/%d", newLeader.url, lease.Port), c.tokens.Query, nil), http.StatusOK)
 		if err != nil {
 			return err
 		}
-		if err := json.Unmarshal(r.body, &after); err != nil {
+		if err := json.Unmarshal(r.Body, &after); err != nil {
 			return err
 		}
 		if after.RenewedAt < claim.ClaimedAt {
@@ -274,7 +274,7 @@ func memberSurvivesLeaderKill(t *testing.T, follow bool) {
 	// would have expired (TTL plus the new leader's grace): the member's own
 	// acknowledged renewals tell when that is.
 	horizon := killedAt.Add(e2eLeaseTTL + 2*e2eElection + 500*time.Millisecond)
-	pollUntil(t, 10*time.Second, "lease renewals past the TTL horizon", func() error {
+	testutil.Poll(t, "lease renewals past the TTL horizon", 10*time.Second, func() error {
 		if len(posts.events(func(e postEvent) bool { return isLeaseRenewal(e) && e.ok() && e.sent.After(horizon) })) == 0 {
 			return errors.New("none yet")
 		}
@@ -314,12 +314,12 @@ func memberSurvivesLeaderKill(t *testing.T, follow bool) {
 	if err != nil {
 		t.Errorf("keeper.Stop (release) = %v", err)
 	}
-	pollUntil(t, 5*time.Second, "the lease released on the new leader", func() error {
-		_, err := mustStatus(http.MethodGet, fmt.Sprintf("%s/v1/leases/port/%d", newLeader.url, lease.Port), c.tokens.Query, http.StatusNotFound)
+	testutil.Poll(t, "the lease released on the new leader", 5*time.Second, func() error {
+		_, err := testutil.DoExpect(e2eCall(http.MethodGet, fmt.Sprintf("%s/v1/leases/port/%d", newLeader.url, lease.Port), c.tokens.Query, nil), http.StatusNotFound)
 		return err
 	})
 	for _, id := range []string{machineID, instanceID} {
-		mustCall(t, http.StatusOK, nil, http.MethodGet, newLeader.url+"/v1/resources/"+encodeURIComponent(id), c.tokens.Query, nil)
+		testutil.Expect(t, e2eCall(http.MethodGet, newLeader.url+"/v1/resources/"+member.EscapeID(id), c.tokens.Query, nil), http.StatusOK)
 	}
 	if strings.Contains(memberLog.String(), token) {
 		t.Error("the member library logged its token")
@@ -347,25 +347,21 @@ func blockingPrimary(nd *e2eNode, index uint64) (written chan struct{}, result c
 	written, result = make(chan struct{}), make(chan blockingResult, 1)
 	go func() {
 		var once sync.Once
-		trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { once.Do(func() { close(written) }) }}
-		ctx, cancel := context.WithTimeout(httptrace.WithClientTrace(context.Background(), trace), 40*time.Second)
-		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/v1/primary?index=%d&wait=30s", nd.url, index), nil)
-		hc := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
-		resp, err := hc.Do(req)
+		call := testutil.Call{
+			Method:  http.MethodGet,
+			URL:     fmt.Sprintf("%s/v1/primary?index=%d&wait=30s", nd.url, index),
+			OnWrote: func() { once.Do(func() { close(written) }) },
+			Client:  testutil.NewClient(40*time.Second, false),
+		}
+		r, err := testutil.Do(call)
 		if err != nil {
 			once.Do(func() { close(written) })
 			result <- blockingResult{at: time.Now(), err: err}
 			return
 		}
-		defer resp.Body.Close()
-		data, err := io.ReadAll(resp.Body)
-		at := time.Now()
-		res := blockingResult{at: at, status: resp.StatusCode, err: err}
-		res.index, _ = strconv.ParseUint(resp.Header.Get(wire.HeaderIndex), 10, 64)
-		if err == nil {
-			res.err = json.Unmarshal(data, &res.primary)
-		}
+		res := blockingResult{at: time.Now(), status: r.Status}
+		res.index, _ = strconv.ParseUint(r.Header.Get(wire.HeaderIndex), 10, 64)
+		res.err = json.Unmarshal(r.Body, &res.primary)
 		result <- res
 	}()
 	return written, result
@@ -426,7 +422,7 @@ func testPrimaryBlockingQuery(t *testing.T, sig syscall.Signal, sigName string) 
 		}
 		return delivery{}, false
 	}
-	pollUntil(t, 5*time.Second, "WatchPrimary delivers the current primary", func() error {
+	testutil.Poll(t, "WatchPrimary delivers the current primary", 5*time.Second, func() error {
 		d, ok := firstDelivery(before.Generation - 1)
 		if !ok {
 			return errors.New("nothing delivered yet")
@@ -445,10 +441,10 @@ func testPrimaryBlockingQuery(t *testing.T, sig syscall.Signal, sigName string) 
 	}
 	var queries []pending
 	for _, nd := range followers {
-		r := mustCall(t, http.StatusOK, nil, http.MethodGet, nd.url+"/v1/primary", "", nil)
-		index, err := strconv.ParseUint(r.header.Get(wire.HeaderIndex), 10, 64)
+		r := testutil.Expect(t, e2eCall(http.MethodGet, nd.url+"/v1/primary", "", nil), http.StatusOK)
+		index, err := strconv.ParseUint(r.Header.Get(wire.HeaderIndex), 10, 64)
 		if err != nil || index == 0 {
-			t.Fatalf("GET /v1/primary on %s: %s = %q, want a positive index", nd.id, wire.HeaderIndex, r.header.Get(wire.HeaderIndex))
+			t.Fatalf("GET /v1/primary on %s: %s = %q, want a positive index", nd.id, wire.HeaderIndex, r.Header.Get(wire.HeaderIndex))
 		}
 		written, result := blockingPrimary(nd, index)
 		select {
@@ -460,7 +456,7 @@ func testPrimaryBlockingQuery(t *testing.T, sig syscall.Signal, sigName string) 
 	}
 	claims := c.watchClaims(followers, before.Generation)
 	defer claims.stop()
-	pollUntil(t, 5*time.Second, "claim watchers running", func() error {
+	testutil.Poll(t, "claim watchers running", 5*time.Second, func() error {
 		for _, nd := range followers {
 			if claims.polls(nd.id) < 3 {
 				return fmt.Errorf("%s: %d polls", nd.id, claims.polls(nd.id))
@@ -531,7 +527,7 @@ func testPrimaryBlockingQuery(t *testing.T, sig syscall.Signal, sigName string) 
 
 	// member.WatchPrimary delivers the new primary.
 	var d delivery
-	pollUntil(t, 5*time.Second, "WatchPrimary delivers the new primary", func() error {
+	testutil.Poll(t, "WatchPrimary delivers the new primary", 5*time.Second, func() error {
 		var ok bool
 		if d, ok = firstDelivery(before.Generation); !ok {
 			return errors.New("not yet")

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/elanous/elanous-node/member"
 )
 
 // TestE2E_ReadYourWritesThroughFollower writes through a follower of three
@@ -21,18 +23,18 @@ func TestE2E_ReadYourWritesThroughFollower(t *testing.T) {
 	leader, primary := c.startAll()
 	follower := c.running(leader)[0]
 	t.Logf("leader %s (generation %d); writing and reading through follower %s", leader.id, primary.Generation, follower.id)
-	u, member, admin, query := follower.url, c.tokens.Member, c.tokens.Admin, c.tokens.Query
+	u, memberToken, admin, query := follower.url, c.tokens.Member, c.tokens.Admin, c.tokens.Query
 
 	seen := map[string]int{}
 	ops := []string{"register", "delete", "acquire", "release", "issue", "revoke"}
 	// read performs the default read that follows a write; it answers 200
 	// or 404.
-	read := func(path, token string) response {
-		r, err := call(http.MethodGet, u+path, token, nil)
+	read := func(path, token string) testutil.Reply {
+		r, err := testutil.Do(e2eCall(http.MethodGet, u+path, token, nil))
 		if err != nil {
 			t.Fatalf("GET %s on %s: %v", path, follower.id, err)
 		}
-		if r.status != http.StatusOK && r.status != http.StatusNotFound {
+		if r.Status != http.StatusOK && r.Status != http.StatusNotFound {
 			t.Fatalf("GET %s on %s = %v", path, follower.id, r)
 		}
 		return r
@@ -40,8 +42,8 @@ func TestE2E_ReadYourWritesThroughFollower(t *testing.T) {
 	tokenListed := func(machine string) bool {
 		r := read("/v1/tokens/member", admin)
 		var list []wire.TokenInfo
-		if err := json.Unmarshal(r.body, &list); err != nil {
-			t.Fatalf("GET /v1/tokens/member on %s: decode %q: %v", follower.id, r.body, err)
+		if err := json.Unmarshal(r.Body, &list); err != nil {
+			t.Fatalf("GET /v1/tokens/member on %s: decode %q: %v", follower.id, r.Body, err)
 		}
 		for _, ti := range list {
 			if ti.Machine == machine {
@@ -54,39 +56,39 @@ func TestE2E_ReadYourWritesThroughFollower(t *testing.T) {
 	for i := range rounds {
 		machine := fmt.Sprintf("ryw-%d", i)
 		id := "machine:" + machine
-		path := "/v1/resources/" + encodeURIComponent(id)
+		path := "/v1/resources/" + member.EscapeID(id)
 
-		mustCall(t, http.StatusOK, nil, http.MethodPost, u+"/v1/resources/register", member, registerBody(id, machine))
-		if read(path, query).status == http.StatusOK {
+		testutil.Expect(t, e2eCall(http.MethodPost, u+"/v1/resources/register", memberToken, registerBody(id, machine)), http.StatusOK)
+		if read(path, query).Status == http.StatusOK {
 			seen["register"]++
 		}
-		mustCall(t, http.StatusNoContent, nil, http.MethodDelete, u+path, member, nil)
-		if read(path, query).status == http.StatusNotFound {
+		testutil.Expect(t, e2eCall(http.MethodDelete, u+path, memberToken, nil), http.StatusNoContent)
+		if read(path, query).Status == http.StatusNotFound {
 			seen["delete"]++
 		}
 
-		var l wire.PortLease
-		mustCall(t, http.StatusCreated, &l, http.MethodPost, u+"/v1/leases/port", member, acquireBody(machine, "ryw"))
+		l := testutil.Decode[wire.PortLease](t, testutil.Expect(t,
+			e2eCall(http.MethodPost, u+"/v1/leases/port", memberToken, acquireBody(machine, "ryw")), http.StatusCreated))
 		leasePath := "/v1/leases/port/" + strconv.Itoa(l.Port)
-		if r := read(leasePath, query); r.status == http.StatusOK {
+		if r := read(leasePath, query); r.Status == http.StatusOK {
 			var got wire.PortLease
-			if err := json.Unmarshal(r.body, &got); err != nil {
-				t.Fatalf("GET %s: decode %q: %v", leasePath, r.body, err)
+			if err := json.Unmarshal(r.Body, &got); err != nil {
+				t.Fatalf("GET %s: decode %q: %v", leasePath, r.Body, err)
 			}
 			if got.LeaseID == l.LeaseID {
 				seen["acquire"]++
 			}
 		}
-		mustCall(t, http.StatusNoContent, nil, http.MethodDelete, u+leasePath, member, nil, wire.HeaderPortLeaseID, l.LeaseID)
-		if read(leasePath, query).status == http.StatusNotFound {
+		testutil.Expect(t, e2eCall(http.MethodDelete, u+leasePath, memberToken, nil).WithHeader(wire.HeaderPortLeaseID, l.LeaseID), http.StatusNoContent)
+		if read(leasePath, query).Status == http.StatusNotFound {
 			seen["release"]++
 		}
 
-		mustCall(t, http.StatusCreated, nil, http.MethodPost, u+"/v1/tokens/member", admin, wire.IssueTokenRequest{Machine: machine})
+		testutil.Expect(t, e2eCall(http.MethodPost, u+"/v1/tokens/member", admin, wire.IssueTokenRequest{Machine: machine}), http.StatusCreated)
 		if tokenListed(machine) {
 			seen["issue"]++
 		}
-		mustCall(t, http.StatusNoContent, nil, http.MethodDelete, u+"/v1/tokens/member/"+machine, admin, nil)
+		testutil.Expect(t, e2eCall(http.MethodDelete, u+"/v1/tokens/member/"+machine, admin, nil), http.StatusNoContent)
 		if !tokenListed(machine) {
 			seen["revoke"]++
 		}

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/elanous/elanous-node/member"
 )
 
 // maxFailover is the product requirement: after the leader dies, the
@@ -48,7 +50,7 @@ func TestE2E_Dev(t *testing.T) {
 	// Three candidates serving, the tokens printed and a known primary, all
 	// within 5 s of the start.
 	var stdout string
-	pollUntil(t, 5*time.Second-time.Since(start), "dev cluster serving", func() error {
+	testutil.Poll(t, "dev cluster serving", 5*time.Second-time.Since(start), func() error {
 		if p.exited() {
 			return fmt.Errorf("dev exited early: %v", p.err)
 		}
@@ -57,7 +59,7 @@ func TestE2E_Dev(t *testing.T) {
 			return errors.New(`stdout has no "ready;" line yet`)
 		}
 		for _, u := range urls {
-			if _, err := mustStatus(http.MethodGet, u+"/v1/health", "", http.StatusOK); err != nil {
+			if _, err := testutil.DoExpect(e2eCall(http.MethodGet, u+"/v1/health", "", nil), http.StatusOK); err != nil {
 				return err
 			}
 		}
@@ -93,7 +95,7 @@ func TestE2E_Dev(t *testing.T) {
 
 	// Every candidate's own view: one leader, one generation.
 	c := &e2eCluster{t: t, tokens: tokens}
-	pollUntil(t, 5*time.Second, "one leader and one generation in /v1/cluster/status", func() error {
+	testutil.Poll(t, "one leader and one generation in /v1/cluster/status", 5*time.Second, func() error {
 		leaders, gens := map[string]bool{}, map[uint64]bool{}
 		for i, u := range urls {
 			st, err := c.getStatus(&e2eNode{id: devNames[i], url: u})
@@ -144,7 +146,7 @@ func TestE2E_LeaderKill(t *testing.T) {
 
 	// Keep writing through all three nodes while the leader dies.
 	w := c.startWriter(acked, "during")
-	pollUntil(t, 5*time.Second, "background writes acknowledged", func() error {
+	testutil.Poll(t, "background writes acknowledged", 5*time.Second, func() error {
 		acked.mu.Lock()
 		defer acked.mu.Unlock()
 		if len(acked.resources) < 3*len(c.nodes)+10 {
@@ -178,12 +180,14 @@ func TestE2E_LeaderKill(t *testing.T) {
 		c.acquire(acked, nd, "while-down")
 		for j, o := range c.nodes {
 			id := fmt.Sprintf("instance:host-%s/%d", o.id, j)
-			mustCall(t, http.StatusOK, nil, http.MethodPost, nd.url+"/v1/resources/"+encodeURIComponent(id)+"/heartbeat",
-				c.tokens.Member, map[string]any{"attrs": map[string]any{"load": 0.25}})
+			testutil.Expect(t,
+				e2eCall(http.MethodPost, nd.url+"/v1/resources/"+member.EscapeID(id)+"/heartbeat", c.tokens.Member, map[string]any{"attrs": map[string]any{"load": 0.25}}),
+				http.StatusOK)
 		}
 		for _, l := range leases {
-			mustCall(t, http.StatusOK, nil, http.MethodPost, fmt.Sprintf("%s/v1/leases/port/%d/heartbeat", nd.url, l.Port),
-				c.tokens.Member, nil, wire.HeaderPortLeaseID, l.LeaseID)
+			testutil.Expect(t,
+				e2eCall(http.MethodPost, fmt.Sprintf("%s/v1/leases/port/%d/heartbeat", nd.url, l.Port), c.tokens.Member, nil).WithHeader(wire.HeaderPortLeaseID, l.LeaseID),
+				http.StatusOK)
 		}
 	}
 	w.halt()
@@ -211,7 +215,7 @@ func TestE2E_LeaderKill(t *testing.T) {
 	// The killed node comes back with the same config as a follower and
 	// catches up on everything written while it was down.
 	c.start(killed)
-	pollUntil(t, 15*time.Second, killed.id+" rejoins as a follower", func() error {
+	testutil.Poll(t, killed.id+" rejoins as a follower", 15*time.Second, func() error {
 		st, err := c.getStatus(killed)
 		if err != nil {
 			return err
@@ -224,7 +228,7 @@ func TestE2E_LeaderKill(t *testing.T) {
 	})
 	c.checkAcked(acked, killed, 10*time.Second)
 	newLeader := c.node(after.Holder)
-	pollUntil(t, 15*time.Second, killed.id+" state hash equal to the leader's", func() error {
+	testutil.Poll(t, killed.id+" state hash equal to the leader's", 15*time.Second, func() error {
 		ls, err := c.getStatus(newLeader)
 		if err != nil {
 			return err
@@ -310,9 +314,9 @@ func TestE2E_TokensNeverOnDisk(t *testing.T) {
 	}
 
 	// Issued through a follower, which forwards to the leader.
-	var issued wire.IssuedToken
-	mustCall(t, http.StatusCreated, &issued, http.MethodPost, follower.url+"/v1/tokens/member", c.tokens.Admin,
-		map[string]any{"machine": "box-1"})
+	issued := testutil.Decode[wire.IssuedToken](t, testutil.Expect(t,
+		e2eCall(http.MethodPost, follower.url+"/v1/tokens/member", c.tokens.Admin, map[string]any{"machine": "box-1"}),
+		http.StatusCreated))
 	if issued.Machine != "box-1" || !wellFormedToken(issued.Token) {
 		t.Fatalf("POST /v1/tokens/member = %+v, want machine box-1 and a 64-hex token", issued)
 	}
@@ -325,7 +329,7 @@ func TestE2E_TokensNeverOnDisk(t *testing.T) {
 	// Used through every node once each has applied it (a follower that has
 	// not yet applied the issue answers 401; see the report), for its own
 	// machine only.
-	pollUntil(t, 5*time.Second, "every node has applied the issued token", func() error {
+	testutil.Poll(t, "every node has applied the issued token", 5*time.Second, func() error {
 		for _, nd := range c.nodes {
 			st, err := c.getStatus(nd)
 			if err != nil {
@@ -338,19 +342,23 @@ func TestE2E_TokensNeverOnDisk(t *testing.T) {
 		return nil
 	})
 	for i, nd := range c.nodes {
-		mustCall(t, http.StatusOK, nil, http.MethodPost, nd.url+"/v1/resources/register", issued.Token,
-			registerBody(fmt.Sprintf("machine:box-1-%d", i), "box-1"))
-		mustCall(t, http.StatusForbidden, nil, http.MethodPost, nd.url+"/v1/resources/register", issued.Token,
-			registerBody(fmt.Sprintf("machine:box-2-%d", i), "box-2"))
+		testutil.Expect(t,
+			e2eCall(http.MethodPost, nd.url+"/v1/resources/register", issued.Token, registerBody(fmt.Sprintf("machine:box-1-%d", i), "box-1")),
+			http.StatusOK)
+		testutil.Expect(t,
+			e2eCall(http.MethodPost, nd.url+"/v1/resources/register", issued.Token, registerBody(fmt.Sprintf("machine:box-2-%d", i), "box-2")),
+			http.StatusForbidden)
 	}
-	var l wire.PortLease
-	mustCall(t, http.StatusCreated, &l, http.MethodPost, leader.url+"/v1/leases/port", issued.Token, acquireBody("box-1", "tokens-test"))
-	mustCall(t, http.StatusOK, nil, http.MethodPost, fmt.Sprintf("%s/v1/leases/port/%d/heartbeat", follower.url, l.Port),
-		issued.Token, nil, wire.HeaderPortLeaseID, l.LeaseID)
+	l := testutil.Decode[wire.PortLease](t, testutil.Expect(t,
+		e2eCall(http.MethodPost, leader.url+"/v1/leases/port", issued.Token, acquireBody("box-1", "tokens-test")),
+		http.StatusCreated))
+	testutil.Expect(t,
+		e2eCall(http.MethodPost, fmt.Sprintf("%s/v1/leases/port/%d/heartbeat", follower.url, l.Port), issued.Token, nil).WithHeader(wire.HeaderPortLeaseID, l.LeaseID),
+		http.StatusOK)
 
 	// Every node applied it all; then search every node's directory (data,
 	// config, tokens file and captured logs) for the token.
-	pollUntil(t, 5*time.Second, "every node has the token and the writes", func() error {
+	testutil.Poll(t, "every node has the token and the writes", 5*time.Second, func() error {
 		for _, nd := range c.nodes {
 			st, err := c.getStatus(nd)
 			if err != nil {
@@ -382,10 +390,10 @@ func TestE2E_TokensNeverOnDisk(t *testing.T) {
 	}
 
 	// Revoked: every node answers the token with 401.
-	mustCall(t, http.StatusNoContent, nil, http.MethodDelete, follower.url+"/v1/tokens/member/box-1", c.tokens.Admin, nil)
+	testutil.Expect(t, e2eCall(http.MethodDelete, follower.url+"/v1/tokens/member/box-1", c.tokens.Admin, nil), http.StatusNoContent)
 	for _, nd := range c.nodes {
-		pollUntil(t, 5*time.Second, "revoked token refused by "+nd.id, func() error {
-			_, err := mustStatus(http.MethodGet, nd.url+"/v1/leases/port", issued.Token, http.StatusUnauthorized)
+		testutil.Poll(t, "revoked token refused by "+nd.id, 5*time.Second, func() error {
+			_, err := testutil.DoExpect(e2eCall(http.MethodGet, nd.url+"/v1/leases/port", issued.Token, nil), http.StatusUnauthorized)
 			return err
 		})
 	}

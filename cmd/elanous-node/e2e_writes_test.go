@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/internal/testutil"
 )
 
 type ackedWrites struct {
@@ -47,8 +48,9 @@ func (a *ackedWrites) lease(l wire.PortLease, via string) {
 // register writes a machine resource through nd and records it; it fails the test on error.
 func (c *e2eCluster) register(a *ackedWrites, nd *e2eNode, id string) {
 	c.t.Helper()
-	var res wire.Resource
-	mustCall(c.t, http.StatusOK, &res, http.MethodPost, nd.url+"/v1/resources/register", c.tokens.Member, registerBody(id, "host-"+nd.id))
+	res := testutil.Decode[wire.Resource](c.t, testutil.Expect(c.t,
+		e2eCall(http.MethodPost, nd.url+"/v1/resources/register", c.tokens.Member, registerBody(id, "host-"+nd.id)),
+		http.StatusOK))
 	if res.ID != id {
 		c.t.Fatalf("register %s through %s answered record %q", id, nd.id, res.ID)
 	}
@@ -58,8 +60,9 @@ func (c *e2eCluster) register(a *ackedWrites, nd *e2eNode, id string) {
 // acquire takes a port lease through nd and records it; it fails the test on error.
 func (c *e2eCluster) acquire(a *ackedWrites, nd *e2eNode, purpose string) wire.PortLease {
 	c.t.Helper()
-	var l wire.PortLease
-	mustCall(c.t, http.StatusCreated, &l, http.MethodPost, nd.url+"/v1/leases/port", c.tokens.Member, acquireBody("host-"+nd.id, purpose))
+	l := testutil.Decode[wire.PortLease](c.t, testutil.Expect(c.t,
+		e2eCall(http.MethodPost, nd.url+"/v1/leases/port", c.tokens.Member, acquireBody("host-"+nd.id, purpose)),
+		http.StatusCreated))
 	if l.Port == 0 || l.LeaseID == "" {
 		c.t.Fatalf("acquire through %s answered %+v", nd.id, l)
 	}
@@ -75,13 +78,13 @@ func (c *e2eCluster) checkAcked(a *ackedWrites, nd *e2eNode, timeout time.Durati
 	leases := maps.Clone(a.leases)
 	via := maps.Clone(a.via)
 	a.mu.Unlock()
-	pollUntil(c.t, timeout, fmt.Sprintf("%d acknowledged registrations and %d leases on %s", len(resources), len(leases), nd.id), func() error {
-		r, err := mustStatus(http.MethodGet, nd.url+"/v1/resources", c.tokens.Query, http.StatusOK)
+	testutil.Poll(c.t, fmt.Sprintf("%d acknowledged registrations and %d leases on %s", len(resources), len(leases), nd.id), timeout, func() error {
+		r, err := testutil.DoExpect(e2eCall(http.MethodGet, nd.url+"/v1/resources", c.tokens.Query, nil), http.StatusOK)
 		if err != nil {
 			return err
 		}
 		var list []wire.Resource
-		if err := json.Unmarshal(r.body, &list); err != nil {
+		if err := json.Unmarshal(r.Body, &list); err != nil {
 			return err
 		}
 		have := map[string]bool{}
@@ -97,12 +100,12 @@ func (c *e2eCluster) checkAcked(a *ackedWrites, nd *e2eNode, timeout time.Durati
 		if len(missing) > 0 {
 			return fmt.Errorf("missing resources %v", missing)
 		}
-		r, err = mustStatus(http.MethodGet, nd.url+"/v1/leases/port", c.tokens.Query, http.StatusOK)
+		r, err = testutil.DoExpect(e2eCall(http.MethodGet, nd.url+"/v1/leases/port", c.tokens.Query, nil), http.StatusOK)
 		if err != nil {
 			return err
 		}
 		var ls []wire.PortLease
-		if err := json.Unmarshal(r.body, &ls); err != nil {
+		if err := json.Unmarshal(r.Body, &ls); err != nil {
 			return err
 		}
 		held := map[int]string{}
@@ -147,14 +150,14 @@ func (c *e2eCluster) startWriter(a *ackedWrites, prefix string) *writer {
 			id := fmt.Sprintf("machine:%s-%d", prefix, i)
 			w.attempts++
 			sent := time.Now()
-			r, err := call(http.MethodPost, nd.url+"/v1/resources/register", c.tokens.Member, registerBody(id, "host-bg"))
-			if err != nil || r.status != http.StatusOK {
+			r, err := testutil.Do(e2eCall(http.MethodPost, nd.url+"/v1/resources/register", c.tokens.Member, registerBody(id, "host-bg")))
+			if err != nil || r.Status != http.StatusOK {
 				w.failures++ // unacknowledged: may or may not be applied
 				kind := "transport error"
 				if err == nil {
 					var e wire.Error
-					_ = json.Unmarshal(r.body, &e)
-					kind = fmt.Sprintf("%d %s", r.status, e.Error)
+					_ = json.Unmarshal(r.Body, &e)
+					kind = fmt.Sprintf("%d %s", r.Status, e.Error)
 				}
 				w.outcomes[nd.id+": "+kind]++
 				w.slowest[nd.id] = max(w.slowest[nd.id], time.Since(sent))

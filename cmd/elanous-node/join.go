@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/member"
 )
 
@@ -37,7 +38,7 @@ accept the token (skip with --offline).`,
 		Args:                  cobra.NoArgs,
 		DisableFlagsInUseLine: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			origin, err := member.ParseOrigin(rawURL)
+			origin, err := wire.ParseOrigin(rawURL)
 			if err != nil {
 				return fmt.Errorf("--url: %w", err)
 			}
@@ -51,13 +52,13 @@ accept the token (skip with --offline).`,
 			case tf.Bare != "":
 				if machine == "" {
 					host, _ := os.Hostname()
-					if !member.ValidMachine(host) {
+					if !wire.ValidMachine(host) {
 						return errors.New("--machine is required (the hostname is not a valid machine name)")
 					}
 					machine = host
 					fmt.Fprintf(progress, "machine: %s (the hostname; pass --machine to choose)\n", machine)
 				}
-				if !member.ValidMachine(machine) {
+				if !wire.ValidMachine(machine) {
 					return fmt.Errorf("--machine %q is not a valid machine name", machine)
 				}
 				j.Machine, j.Tokens = machine, member.Tokens{member.ScopeMember: tf.Bare}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/member"
 )
 
@@ -72,7 +73,7 @@ file, or the hostname.`,
 			if machine == "" {
 				machine = host
 			}
-			if !member.ValidMachine(machine) {
+			if !wire.ValidMachine(machine) {
 				return fmt.Errorf("machine name %q is not valid; pass --machine", machine)
 			}
 			if instance == "" {

@@ -122,7 +122,7 @@ func collectStatus(ctx context.Context, env *clientEnv) (statusReport, error) {
 	seen := map[string]bool{}
 	for i, c := range cands {
 		named[i] = c
-		if c.Machine == "" && member.ValidCandidateName(rows[i].Machine) && !seen[rows[i].Machine] {
+		if c.Machine == "" && wire.ValidCandidate(rows[i].Machine) && !seen[rows[i].Machine] {
 			named[i].Machine = rows[i].Machine
 		}
 		if named[i].Machine != "" {

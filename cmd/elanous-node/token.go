@@ -44,7 +44,7 @@ the machine in a 0600 file and run "elanous-node join" there.`,
 		Args:                  cobra.NoArgs,
 		DisableFlagsInUseLine: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !member.ValidMachine(machine) {
+			if !wire.ValidMachine(machine) {
 				return fmt.Errorf("--machine %q is not a valid machine name", machine)
 			}
 			c, err := scopedClient(cmd, &flags, member.ScopeAdmin)

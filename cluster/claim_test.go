@@ -1,0 +1,192 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/elanous/elanous-node/fsm"
+	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/hashicorp/raft"
+)
+
+// previousTerm is what a leader wrote before it was cut off: the records as
+// it acknowledged them, the index of its last acknowledged entry and the
+// cluster time (LastNow) after it.
+type previousTerm struct {
+	term      uint64
+	lastIndex uint64
+	lastNow   int64
+	leases    map[int]fsm.PortLease
+	resources map[string]fsm.Resource
+}
+
+// writePreviousTerm has the ready leader li register a few resources and
+// acquire a few leases with long TTLs (so nothing is due during the test and
+// no Sweep moves the cluster time), one after the other, and returns what
+// it acknowledged.
+func (tc *testCluster) writePreviousTerm(li int) previousTerm {
+	tc.t.Helper()
+	leader := tc.nodes[li]
+	ctx := context.Background()
+	pt := previousTerm{term: leader.Raft().CurrentTerm(), leases: map[int]fsm.PortLease{}, resources: map[string]fsm.Resource{}}
+	for i, ttl := range []int64{60_000, 600_000, 3_600_000, 86_400_000} {
+		id := fmt.Sprintf("machine:m%d", i)
+		res, err := leader.Propose(ctx, fsm.RegisterResource{Caller: fsm.Caller{Owner: "o1"}, ID: id, Kind: "machine",
+			Name: fmt.Sprintf("m%d", i), Machine: fmt.Sprintf("m%d", i), TTLMs: ttl})
+		if err != nil {
+			tc.t.Fatalf("Propose(register %s) error = %v", id, err)
+		}
+		pt.resources[id] = res.Value.(fsm.Resource)
+		pt.lastIndex = max(pt.lastIndex, res.Index)
+	}
+	for i, ttl := range []int64{60_000, 300_000, 3_600_000, 86_400_000} {
+		cmd := acquire(fmt.Sprintf("o%d", i), ttl)
+		res, err := leader.Propose(ctx, cmd)
+		if err != nil {
+			tc.t.Fatalf("Propose(acquire for %s) error = %v", cmd.Caller.Owner, err)
+		}
+		l := res.Value.(fsm.PortLease)
+		pt.leases[l.Port] = l
+		pt.lastIndex = max(pt.lastIndex, res.Index)
+	}
+	pt.lastNow = leader.FSM().LastNow()
+	return pt
+}
+
+// checkRebased fails the test unless node n holds every record of pt with
+// the TTL it had left at the end of the previous term plus grace, counted
+// from claim p: expiresAt = claimedAt + (old expiresAt − old lastNow) + grace.
+func checkRebased(t *testing.T, n *Node, pt previousTerm, p fsm.Primary, grace time.Duration) {
+	t.Helper()
+	want := func(old int64) int64 { return p.ClaimedAt + (old - pt.lastNow) + grace.Milliseconds() }
+	for id, old := range pt.resources {
+		got, ok := n.FSM().Resource(id)
+		switch {
+		case !ok:
+			t.Errorf("%s: resource %s of term %d missing after the claim", n.ID(), id, pt.term)
+		case got.ExpiresAt != want(old.ExpiresAt):
+			t.Errorf("%s: resource %s expiresAt = %d, want %d (%d ms left + %v grace after the claim at %d)",
+				n.ID(), id, got.ExpiresAt, want(old.ExpiresAt), old.ExpiresAt-pt.lastNow, grace, p.ClaimedAt)
+		}
+	}
+	for port, old := range pt.leases {
+		got, ok := n.FSM().Lease(port)
+		switch {
+		case !ok:
+			t.Errorf("%s: lease on port %d of term %d missing after the claim", n.ID(), port, pt.term)
+		case got.LeaseID != old.LeaseID || got.Fence != old.Fence:
+			t.Errorf("%s: lease on port %d = %+v, want the previous term's %+v", n.ID(), port, got, old)
+		case got.ExpiresAt != want(old.ExpiresAt):
+			t.Errorf("%s: lease on port %d expiresAt = %d, want %d (%d ms left + %v grace after the claim at %d)",
+				n.ID(), port, got.ExpiresAt, want(old.ExpiresAt), old.ExpiresAt-pt.lastNow, grace, p.ClaimedAt)
+		}
+	}
+}
+
+// firstReady reports the primary claim node n's state machine shows at the
+// first moment n accepts writes after it next wins an election. It waits for
+// raft's observation that n leads, then polls readyLeadership without
+// sleeping, so that moment is caught within microseconds of it. The channel
+// is closed if n never becomes ready while the test runs.
+func firstReady(t *testing.T, n *Node) <-chan fsm.Primary {
+	ctx, cancel := context.WithCancel(context.Background())
+	obs := make(chan raft.Observation, 4)
+	observer := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		lo, ok := o.Data.(raft.LeaderObservation)
+		return ok && string(lo.LeaderID) == n.ID()
+	})
+	n.Raft().RegisterObserver(observer)
+	out := make(chan fsm.Primary, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(out)
+		select {
+		case <-obs:
+		case <-ctx.Done():
+			return
+		}
+		for ctx.Err() == nil {
+			if _, err := n.readyLeadership(); err == nil {
+				out <- n.FSM().Primary()
+				return
+			}
+			runtime.Gosched()
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		n.Raft().DeregisterObserver(observer)
+	})
+	return out
+}
+
+// A new leader's ClaimPrimary comes after every entry of the previous term:
+// its index is above the old leader's last acknowledged entry, the state it
+// rebases holds every record of that term, and the new leader accepts writes
+// only once its claim is applied. The old leader is cut off right after its last
+// acknowledgement, so the survivors learn that the last entries are committed
+// only from the new leader: they may not have applied them when it wins.
+func TestNode_ClaimFollowsThePreviousTerm(t *testing.T) {
+	tc := newTestCluster(t, 3, slowTimeouts(300*time.Millisecond, 150*time.Millisecond))
+	li := tc.readyLeader()
+	pt := tc.writePreviousTerm(li)
+	ready := map[int]<-chan fsm.Primary{}
+	for i, n := range tc.nodes {
+		if i != li {
+			ready[i] = firstReady(t, n)
+		}
+	}
+	tc.isolate(li)
+	for i, n := range tc.nodes {
+		if i != li {
+			t.Logf("%s had applied index %d of %d when the leader was cut off", n.ID(), n.FSM().AppliedIndex(), pt.lastIndex)
+		}
+	}
+
+	ni := tc.readyLeader(li)
+	next := tc.nodes[ni]
+	p := next.FSM().Primary()
+	if p.Holder != next.ID() || p.Generation <= pt.term {
+		t.Fatalf("Primary() on the new leader = %+v, want %s's claim in a term after %d", p, next.ID(), pt.term)
+	}
+	if p.Index <= pt.lastIndex {
+		t.Fatalf("claim index = %d, want above the previous term's last acknowledged entry %d", p.Index, pt.lastIndex)
+	}
+	checkRebased(t, next, pt, p, next.cfg.Grace)
+	select {
+	case first := <-ready[ni]:
+		if first != p {
+			t.Fatalf("at the first moment %s accepted writes its state showed claim %+v, want its own %+v", next.ID(), first, p)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s leads and is ready, but its first ready moment was not observed", next.ID())
+	}
+
+	// The first write the new leader accepts lands after its claim.
+	res, err := next.Propose(context.Background(), acquire("after-claim", 60_000))
+	if err != nil {
+		t.Fatalf("Propose() on the new leader error = %v", err)
+	}
+	if res.Index <= p.Index {
+		t.Fatalf("first write after the claim has index %d, want above the claim's %d", res.Index, p.Index)
+	}
+
+	// The other survivor applies the same claim on the same state.
+	for i, n := range tc.nodes {
+		if i == li || i == ni {
+			continue
+		}
+		testutil.WaitFor(t, n.ID()+" to apply the first write after the claim", 5*time.Second, func() bool {
+			return n.FSM().AppliedIndex() >= res.Index
+		})
+		if got := n.FSM().Primary(); got != p {
+			t.Errorf("%s: Primary() = %+v, want the new leader's %+v", n.ID(), got, p)
+		}
+		checkRebased(t, n, pt, p, next.cfg.Grace)
+	}
+}

@@ -1,0 +1,91 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/elanous/elanous-node/fsm"
+	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/hashicorp/raft"
+)
+
+// A leader cut off from the majority still believes it leads for its lease
+// (500 ms here), and its own commit index is applied: a ReadIndex that
+// trusted either would let a read miss what the majority commits meanwhile.
+// ReadIndex must confirm leadership with a quorum, so on the cut-off leader
+// it fails, both while it still believes it leads and after the majority has
+// moved on; once healed the same read, through the new leader, sees the
+// majority's write.
+//
+// The first ReadIndex is made once a heartbeat to each peer has failed:
+// raft counts any heartbeat answered after the read started, and one sent
+// just before the cut may still be answered.
+func TestNode_ReadIndexOnAPartitionedLeader(t *testing.T) {
+	tc := newTestCluster(t, 3, slowTimeouts(500*time.Millisecond, 500*time.Millisecond))
+	li := tc.readyLeader()
+	old := tc.nodes[li]
+	if err := old.ReadIndex(context.Background()); err != nil {
+		t.Fatalf("ReadIndex() on the connected leader error = %v", err)
+	}
+
+	failed := make(chan raft.Observation, 64)
+	observer := raft.NewObserver(failed, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.FailedHeartbeatObservation)
+		return ok
+	})
+	old.Raft().RegisterObserver(observer)
+	defer old.Raft().DeregisterObserver(observer)
+	tc.isolate(li)
+	cut := map[raft.ServerID]bool{}
+	testutil.WaitFor(t, "a failed heartbeat from the cut-off leader to each peer", 5*time.Second, func() bool {
+		for {
+			select {
+			case o := <-failed:
+				cut[o.Data.(raft.FailedHeartbeatObservation).PeerID] = true
+			default:
+				return len(cut) == len(tc.nodes)-1
+			}
+		}
+	})
+	if _, err := old.readyLeadership(); err != nil {
+		t.Fatalf("setup: the leader stopped leading as soon as it was cut off (%v); its lease is 500 ms", err)
+	}
+	// The deadline leaves room for the lease to run out; the answer must be
+	// an error, not nil, however long it takes.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := old.ReadIndex(ctx); !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("ReadIndex() on the cut-off leader error = %v, want ErrNotLeader or ErrNoLeader", err)
+	}
+
+	ni := tc.readyLeader(li)
+	next := tc.nodes[ni]
+	res, err := next.Propose(context.Background(), fsm.RegisterResource{Caller: fsm.Caller{Owner: "o1"},
+		ID: "machine:fresh", Kind: "machine", Name: "fresh", Machine: "fresh", TTLMs: 60_000})
+	if err != nil {
+		t.Fatalf("Propose() on the new leader error = %v", err)
+	}
+	if err := old.ReadIndex(ctx); !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("ReadIndex() on the cut-off node after the majority's write error = %v, want ErrNotLeader or ErrNoLeader", err)
+	}
+	if _, ok := old.FSM().Resource("machine:fresh"); ok {
+		t.Fatalf("the cut-off node holds the majority's write: the partition leaks")
+	}
+
+	tc.heal()
+	testutil.WaitFor(t, "the old leader to follow "+next.ID(), 10*time.Second, func() bool {
+		leader, ok := old.Leader()
+		return ok && leader.Machine == next.ID()
+	})
+	if err := old.ReadIndex(ctx); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("ReadIndex() on the healed follower error = %v, want ErrNotLeader (forward to the leader)", err)
+	}
+	if err := next.ReadIndex(ctx); err != nil {
+		t.Fatalf("ReadIndex() on the new leader error = %v", err)
+	}
+	if r, ok := next.FSM().Resource("machine:fresh"); !ok || r.Revision != res.Index {
+		t.Fatalf("read after ReadIndex() on the new leader = %+v, %v, want the write at index %d", r, ok, res.Index)
+	}
+}

@@ -1,0 +1,313 @@
+package fsm
+
+import (
+	"cmp"
+	"math/bits"
+	"slices"
+
+	"github.com/google/btree"
+)
+
+// state is the replicated data and the indexes derived from it. It is only
+// touched under FSM.mu, and only through the methods below, which keep the
+// indexes in step with the records so that every command costs O(log n) or
+// better in the state's size (ARCHITECTURE.md, "The state machine and its
+// format"). The indexes are never part of a snapshot: Restore and a claim's
+// rebase rebuild them.
+type state struct {
+	// resources is ordered by id. Records are immutable once stored (a change
+	// stores a new *Resource), so a Clone of the tree is a consistent view.
+	resources *btree.BTreeG[*Resource]
+	leases    map[int]PortLease
+	tokens    map[string]MemberToken // by machine
+	byHash    map[string]string      // sha256 → machine, derived from tokens
+	idem      map[string]idemRecord  // owner + "/" + Idempotency-Key → the grant it made
+	primary   Primary
+	format    int               // the format level: the snapshot version, the command types in use
+	lastNow   int64             // the latest applied time (Unix ms)
+	indexes   [numTables]uint64 // log index of the last change to each table
+
+	resExpiry   *btree.BTreeG[expiry]    // every resource by (expiresAt, id)
+	leaseExpiry *btree.BTreeG[expiry]    // every lease by (expiresAt, port)
+	idemExpiry  *btree.BTreeG[expiry]    // every remembered key by (until, key)
+	byMachine   *btree.BTreeG[machineID] // every resource by (machine, id)
+	leaseByKey  map[string][]int         // owner/key → sorted ports of leases granted under it
+	occupied    portSet                  // ports holding a lease record, live or due
+}
+
+// expiry is an entry of an expiry index: when, and which record.
+type expiry struct {
+	at   int64
+	key  string // resource id or idempotency key
+	port int    // lease port
+}
+
+func lessExpiry(a, b expiry) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	if a.key != b.key {
+		return a.key < b.key
+	}
+	return a.port < b.port
+}
+
+func lessResource(a, b *Resource) bool { return a.ID < b.ID }
+
+// machineID is an entry of the by-machine index.
+type machineID struct{ machine, id string }
+
+func lessMachineID(a, b machineID) bool {
+	if a.machine != b.machine {
+		return a.machine < b.machine
+	}
+	return a.id < b.id
+}
+
+// btreeDegree suits trees of a few to a few hundred thousand items.
+const btreeDegree = 32
+
+func newState() *state {
+	return &state{
+		resources:   btree.NewG(btreeDegree, lessResource),
+		leases:      map[int]PortLease{},
+		tokens:      map[string]MemberToken{},
+		byHash:      map[string]string{},
+		idem:        map[string]idemRecord{},
+		resExpiry:   btree.NewG(btreeDegree, lessExpiry),
+		leaseExpiry: btree.NewG(btreeDegree, lessExpiry),
+		idemExpiry:  btree.NewG(btreeDegree, lessExpiry),
+		byMachine:   btree.NewG(btreeDegree, lessMachineID),
+		leaseByKey:  map[string][]int{},
+		format:      1,
+	}
+}
+
+// resource returns the stored resource with id.
+func (st *state) resource(id string) (*Resource, bool) {
+	return st.resources.Get(&Resource{ID: id})
+}
+
+// putResource stores r, replacing any record with its id.
+func (st *state) putResource(r *Resource) {
+	if old, ok := st.resources.ReplaceOrInsert(r); ok {
+		st.unindexResource(old)
+	}
+	st.resExpiry.ReplaceOrInsert(expiry{at: r.ExpiresAt, key: r.ID})
+	st.byMachine.ReplaceOrInsert(machineID{r.Machine, r.ID})
+}
+
+// deleteResource removes the resource with id, if any.
+func (st *state) deleteResource(id string) {
+	if old, ok := st.resources.Delete(&Resource{ID: id}); ok {
+		st.unindexResource(old)
+	}
+}
+
+func (st *state) unindexResource(r *Resource) {
+	st.resExpiry.Delete(expiry{at: r.ExpiresAt, key: r.ID})
+	st.byMachine.Delete(machineID{r.Machine, r.ID})
+}
+
+// machineResources returns the ids of machine's resources, sorted.
+func (st *state) machineResources(machine string) []string {
+	var ids []string
+	st.byMachine.AscendGreaterOrEqual(machineID{machine: machine}, func(m machineID) bool {
+		if m.machine != machine {
+			return false
+		}
+		ids = append(ids, m.id)
+		return true
+	})
+	return ids
+}
+
+// putLease stores l on its port, replacing any lease there.
+func (st *state) putLease(l PortLease) {
+	if old, ok := st.leases[l.Port]; ok {
+		st.unindexLease(old)
+	}
+	st.leases[l.Port] = l
+	st.leaseExpiry.ReplaceOrInsert(expiry{at: l.ExpiresAt, port: l.Port})
+	st.occupied.set(l.Port)
+	if l.IdempotencyKey != "" {
+		k := idemKey(l.Owner, l.IdempotencyKey)
+		ports := st.leaseByKey[k]
+		i, _ := slices.BinarySearch(ports, l.Port)
+		st.leaseByKey[k] = slices.Insert(ports, i, l.Port)
+	}
+}
+
+// deleteLease removes the lease on port, if any.
+func (st *state) deleteLease(port int) {
+	if old, ok := st.leases[port]; ok {
+		st.unindexLease(old)
+		delete(st.leases, port)
+	}
+}
+
+func (st *state) unindexLease(l PortLease) {
+	st.leaseExpiry.Delete(expiry{at: l.ExpiresAt, port: l.Port})
+	st.occupied.clear(l.Port)
+	if l.IdempotencyKey != "" {
+		k := idemKey(l.Owner, l.IdempotencyKey)
+		ports := st.leaseByKey[k]
+		if i, found := slices.BinarySearch(ports, l.Port); found {
+			ports = slices.Delete(ports, i, i+1)
+		}
+		if len(ports) == 0 {
+			delete(st.leaseByKey, k)
+		} else {
+			st.leaseByKey[k] = ports
+		}
+	}
+}
+
+// putIdem remembers rec, replacing any record under its key.
+func (st *state) putIdem(rec idemRecord) {
+	if old, ok := st.idem[rec.Key]; ok {
+		st.idemExpiry.Delete(expiry{at: old.Until, key: old.Key})
+	}
+	st.idem[rec.Key] = rec
+	st.idemExpiry.ReplaceOrInsert(expiry{at: rec.Until, key: rec.Key})
+}
+
+func (st *state) deleteIdem(key string) {
+	if old, ok := st.idem[key]; ok {
+		st.idemExpiry.Delete(expiry{at: old.Until, key: old.Key})
+		delete(st.idem, key)
+	}
+}
+
+// putToken stores t, replacing the machine's previous token.
+func (st *state) putToken(t MemberToken) {
+	if old, ok := st.tokens[t.Machine]; ok {
+		delete(st.byHash, old.SHA256)
+	}
+	st.tokens[t.Machine] = t
+	st.byHash[t.SHA256] = t.Machine
+}
+
+func (st *state) deleteToken(machine string) {
+	if old, ok := st.tokens[machine]; ok {
+		delete(st.byHash, old.SHA256)
+		delete(st.tokens, machine)
+	}
+}
+
+// due returns the entries of an expiry index at or before now, in order.
+func due(t *btree.BTreeG[expiry], now int64) []expiry {
+	var out []expiry
+	t.Ascend(func(e expiry) bool {
+		if e.at > now {
+			return false
+		}
+		out = append(out, e)
+		return true
+	})
+	return out
+}
+
+// nextExpiry returns the earliest expiresAt of any resource or lease.
+func (st *state) nextExpiry() (int64, bool) {
+	r, rok := st.resExpiry.Min()
+	l, lok := st.leaseExpiry.Min()
+	switch {
+	case rok && lok:
+		return min(r.at, l.at), true
+	case rok:
+		return r.at, true
+	case lok:
+		return l.at, true
+	}
+	return 0, false
+}
+
+// anyLeaseDue reports whether a lease is due (expiresAt <= now) but not yet
+// swept.
+func (st *state) anyLeaseDue(now int64) bool {
+	e, ok := st.leaseExpiry.Min()
+	return ok && e.at <= now
+}
+
+// rebuildIndexes recomputes every derived index from the records.
+func (st *state) rebuildIndexes() {
+	st.resExpiry = btree.NewG(btreeDegree, lessExpiry)
+	st.leaseExpiry = btree.NewG(btreeDegree, lessExpiry)
+	st.idemExpiry = btree.NewG(btreeDegree, lessExpiry)
+	st.byMachine = btree.NewG(btreeDegree, lessMachineID)
+	st.leaseByKey = map[string][]int{}
+	st.occupied = portSet{}
+	st.byHash = map[string]string{}
+	st.resources.Ascend(func(r *Resource) bool {
+		st.resExpiry.ReplaceOrInsert(expiry{at: r.ExpiresAt, key: r.ID})
+		st.byMachine.ReplaceOrInsert(machineID{r.Machine, r.ID})
+		return true
+	})
+	leases := st.leases
+	st.leases = make(map[int]PortLease, len(leases))
+	for _, l := range leases {
+		st.putLease(l)
+	}
+	idem := st.idem
+	st.idem = make(map[string]idemRecord, len(idem))
+	for _, rec := range idem {
+		st.putIdem(rec)
+	}
+	for _, t := range st.tokens {
+		st.byHash[t.SHA256] = t.Machine
+	}
+}
+
+// sortedLeases returns the leases sorted by port.
+func (st *state) sortedLeases() []PortLease {
+	out := make([]PortLease, 0, len(st.leases))
+	for _, l := range st.leases {
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(a, b PortLease) int { return cmp.Compare(a.Port, b.Port) })
+	return out
+}
+
+// sortedTokens returns the tokens sorted by machine.
+func (st *state) sortedTokens() []MemberToken {
+	out := make([]MemberToken, 0, len(st.tokens))
+	for _, t := range st.tokens {
+		out = append(out, t)
+	}
+	slices.SortFunc(out, func(a, b MemberToken) int { return cmp.Compare(a.Machine, b.Machine) })
+	return out
+}
+
+// sortedIdem returns the remembered keys sorted by key (nil when none, as
+// the snapshot document omits an empty list).
+func (st *state) sortedIdem() []idemRecord {
+	var out []idemRecord
+	for _, rec := range st.idem {
+		out = append(out, rec)
+	}
+	slices.SortFunc(out, func(a, b idemRecord) int { return cmp.Compare(a.Key, b.Key) })
+	return out
+}
+
+// portSet is a set of ports as a bitmap: 8 KiB for every possible port.
+type portSet [65536 / 64]uint64
+
+func (s *portSet) set(p int)   { s[p>>6] |= 1 << (uint(p) & 63) }
+func (s *portSet) clear(p int) { s[p>>6] &^= 1 << (uint(p) & 63) }
+
+// nextFree returns the lowest port ≥ from and ≤ to that is not in the set,
+// or -1. It looks at 64 ports per step.
+func (s *portSet) nextFree(from, to int) int {
+	for p := from; p <= to; {
+		w := ^s[p>>6] >> (uint(p) & 63) // free ports from p within its word
+		if w != 0 {
+			if q := p + bits.TrailingZeros64(w); q <= to {
+				return q
+			}
+			return -1
+		}
+		p = (p | 63) + 1
+	}
+	return -1
+}

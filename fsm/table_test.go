@@ -1,0 +1,183 @@
+package fsm
+
+import (
+	"bytes"
+	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// declaredTypes parses the package's own source for every constant declared
+// as a CommandType, so a type number added without a table entry is caught
+// even before anyone writes a sample for it.
+func declaredTypes(t *testing.T) map[string]CommandType {
+	t.Helper()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	out := map[string]CommandType{}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := parser.ParseFile(fset, name, src, 0)
+		if err != nil {
+			t.Fatalf("parse %s: %v", name, err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			vs, ok := n.(*ast.ValueSpec)
+			if !ok {
+				return true
+			}
+			if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "CommandType" {
+				return true
+			}
+			for i, v := range vs.Values {
+				lit, ok := v.(*ast.BasicLit)
+				if !ok || lit.Kind != token.INT {
+					continue
+				}
+				n, err := strconv.ParseUint(lit.Value, 0, 8)
+				if err != nil {
+					t.Fatalf("%s: constant %s = %s: %v", name, vs.Names[i].Name, lit.Value, err)
+				}
+				out[vs.Names[i].Name] = CommandType(n)
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// TestCommandTable proves that every command type is registered once and
+// that every registered type decodes, round-trips, is stamped and applies.
+// It fails when a type is declared without a table entry, registered without
+// a sample below, or registered with a spec that cannot stamp or apply it.
+func TestCommandTable(t *testing.T) {
+	samples := map[CommandType]Command{}
+	for _, cmd := range sampleCommands() {
+		if _, dup := samples[cmd.Type()]; dup {
+			t.Fatalf("sampleCommands() has two samples of type %d", cmd.Type())
+		}
+		samples[cmd.Type()] = cmd
+	}
+
+	for name, typ := range declaredTypes(t) {
+		switch typ {
+		case reservedType, SkipBit:
+			if _, ok := commandTable[typ]; ok {
+				t.Errorf("%s (%d) is registered in the command table; it must not be", name, typ)
+			}
+			continue
+		}
+		if _, ok := commandTable[typ]; !ok {
+			t.Errorf("command type %s (%d) is declared but not in the command table", name, typ)
+		}
+	}
+
+	names := map[string]CommandType{}
+	for typ, sp := range commandTable {
+		if typ == reservedType || typ&SkipBit != 0 {
+			t.Errorf("command table holds type %d: 0 is reserved and %#x is the skip bit", typ, SkipBit)
+		}
+		if sp.name == "" || TypeName(typ) != sp.name {
+			t.Errorf("type %d has name %q, TypeName %q; want a name", typ, sp.name, TypeName(typ))
+		}
+		if other, dup := names[sp.name]; dup {
+			t.Errorf("types %d and %d share the name %q", typ, other, sp.name)
+		}
+		names[sp.name] = typ
+		if sp.decode == nil || sp.stamp == nil || sp.apply == nil {
+			t.Errorf("type %d (%s) lacks a decoder, stamp or apply function", typ, sp.name)
+			continue
+		}
+		sample, ok := samples[typ]
+		if !ok {
+			t.Errorf("type %d (%s) is in the command table but sampleCommands() has no sample of it", typ, sp.name)
+			continue
+		}
+		t.Run(sp.name, func(t *testing.T) {
+			if got := sample.Type(); got != typ {
+				t.Fatalf("sample.Type() = %d, want %d", got, typ)
+			}
+			// Stamp sets Now and nothing else.
+			const stampedNow = t0 + 12345
+			stamped := Stamp(sample, stampedNow)
+			if got := stamped.header().Now; got != stampedNow {
+				t.Errorf("Stamp(%s).Now = %d, want %d", sp.name, got, stampedNow)
+			}
+			if reflect.TypeOf(stamped) != reflect.TypeOf(sample) {
+				t.Errorf("Stamp(%s) = %T, want %T", sp.name, stamped, sample)
+			}
+			restamped := Stamp(stamped, sample.header().Now)
+			if !reflect.DeepEqual(restamped, sample) {
+				t.Errorf("Stamp changed more than Now: %#v, want %#v", restamped, sample)
+			}
+			// Encode → Decode → Encode is the identity.
+			data, err := Encode(stamped)
+			if err != nil {
+				t.Fatalf("Encode() error = %v", err)
+			}
+			if CommandType(data[0]) != typ {
+				t.Errorf("Encode()[0] = %d, want %d", data[0], typ)
+			}
+			decoded, ok, err := Decode(data)
+			if err != nil || !ok {
+				t.Fatalf("Decode() = _, %v, %v, want ok", ok, err)
+			}
+			if !reflect.DeepEqual(decoded, stamped) {
+				t.Errorf("Decode() = %#v, want %#v", decoded, stamped)
+			}
+			if again, err := Encode(decoded); err != nil || !bytes.Equal(again, data) {
+				t.Errorf("Encode(Decode()) = %s, %v, want %s", again, err, data)
+			}
+			// It applies: on a state holding one of everything, a valid
+			// sample is never refused as malformed, and the cluster time
+			// moves to its Now (a claim sets it).
+			h := newHarness(t)
+			h.baseline()
+			res := h.apply(stamped)
+			if err, isErr := res.(error); isErr && errors.Is(err, ErrInvalidCommand) {
+				t.Errorf("Apply(%s) = %v, want it applied", sp.name, err)
+			}
+			if got := h.f.LastNow(); got != stampedNow {
+				t.Errorf("LastNow() after Apply(%s) = %d, want %d", sp.name, got, stampedNow)
+			}
+		})
+	}
+	for typ := range samples {
+		if _, ok := commandTable[typ]; !ok {
+			t.Errorf("sampleCommands() has a sample of type %d, which is not in the command table", typ)
+		}
+	}
+}
+
+// A command type missing from the table cannot be encoded or stamped.
+type unregistered struct{ Header }
+
+func (unregistered) Type() CommandType { return 0x7e }
+
+func TestCommandTable_Unregistered(t *testing.T) {
+	if _, err := Encode(unregistered{}); !errors.Is(err, ErrInvalidCommand) {
+		t.Errorf("Encode(unregistered) error = %v, want %v", err, ErrInvalidCommand)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Errorf("Stamp(unregistered) did not panic")
+		}
+	}()
+	Stamp(unregistered{}, t0)
+}

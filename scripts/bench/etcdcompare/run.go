@@ -1,0 +1,468 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Row ids, in the order they run and print.
+const (
+	rowWrite     = "write"
+	rowLock      = "lock"
+	rowKeepalive = "keepalive"
+	rowSingle    = "single"
+	rowFailover  = "failover"
+)
+
+// rowSpec describes one row of the comparison.
+type rowSpec struct {
+	ID      string `json:"id"`
+	Title   string `json:"title"`
+	Etcd    string `json:"etcd"`
+	Elanous string `json:"elanous"`
+	// Unit is what ops/s counts: "writes" or "ops".
+	Unit string `json:"unit"`
+}
+
+var rowSpecs = []rowSpec{
+	{rowWrite, "one write, c=%d", "Put of one key per client", "POST /v1/resources/register of one resource per client (upsert)", "writes"},
+	{rowLock, "two writes, c=%d", "Txn if create_revision=0 put, then Txn if value=mine delete", "POST /v1/leases/port, then DELETE /v1/leases/port/{port}", "writes"},
+	{rowKeepalive, "keepalive, c=%d", "KeepAliveOnce on a granted lease (60 s)", "POST /v1/resources/{id}/heartbeat on a registered resource", "ops"},
+	{rowSingle, "one client, one write at a time, to the leader", "Put", "POST /v1/resources/register", "writes"},
+	{rowFailover, "leader SIGKILL → next successful write, c=1", "Put through a surviving follower", "register through a surviving candidate", "gap"},
+}
+
+// options are the command line.
+type options struct {
+	duration time.Duration
+	clients  int
+	kills    int
+	only     string
+	ops      []string
+	fill     int
+	json     bool
+	repo     string
+	etcd34   string
+	workDir  string
+}
+
+const usageText = `Usage: scripts/bench/compare-etcd [flags]
+
+Runs a three-member etcd cluster (3.4 from Debian's etcd-server, 3.6 built from
+the Go module proxy) and then a three-candidate elanous-node cluster (built from
+this working tree) on loopback, drives each with the same client shapes, and
+prints one table: ops/s, p50 and p99 per row for each system and the ratio
+elanous / best etcd. Progress goes to stderr, the table (or --json) to stdout.
+
+Rows (--ops):
+  write      etcd Put vs elanous register (one write each), --clients clients
+  lock       etcd Txn compare-and-put + Txn compare-and-delete vs elanous lease
+             acquire + release (two writes each; writes/s)
+  keepalive  etcd KeepAliveOnce on a granted lease vs elanous resource heartbeat
+  single     one client, one write at a time, to the leader (Put vs register)
+  failover   SIGKILL the leader under a one-client write loop through a
+             surviving member; the gap from the kill to the next successful
+             write, --kills times (median and max)
+
+ELANOUS_* variables in the environment reach the elanous nodes (the environment
+overrides their config file), except those naming a node's identity, addresses,
+candidates or tokens file, which the benchmark sets.
+
+Flags:
+`
+
+func parseOptions(args []string, stderr io.Writer) (options, error) {
+	var o options
+	var ops string
+	fs := flag.NewFlagSet("compare-etcd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usageText)
+		fs.PrintDefaults()
+	}
+	fs.DurationVar(&o.duration, "duration", 6*time.Second, "how long each throughput row runs")
+	fs.IntVar(&o.clients, "clients", 32, "concurrent clients of the write, lock and keepalive rows, spread over the three members (at most 50: the lock row holds one port of the 50-port test band per client)")
+	fs.IntVar(&o.kills, "kills", 5, "leader kills in the failover row")
+	fs.StringVar(&o.only, "only", "", "run only one side: elanous or etcd")
+	fs.StringVar(&ops, "ops", strings.Join([]string{rowWrite, rowLock, rowKeepalive, rowSingle, rowFailover}, ","), "comma-separated rows to run")
+	fs.IntVar(&o.fill, "fill", 0, "before measuring, register this many resources (24 h TTL) in the elanous cluster and put as many keys in etcd")
+	fs.BoolVar(&o.json, "json", false, "print the results as JSON instead of a table")
+	fs.StringVar(&o.repo, "repo", "", "the elanous-node working tree to build (default: found from the current directory)")
+	fs.StringVar(&o.etcd34, "etcd34", "/usr/bin/etcd", "the etcd 3.4 binary (Debian's etcd-server is installed when it is missing)")
+	fs.StringVar(&o.workDir, "work-dir", "", "parent of the run's temporary directory (default: the system temp dir)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var errs []error
+	if o.duration <= 0 {
+		errs = append(errs, errors.New("--duration must be positive"))
+	}
+	if o.clients < 1 || o.clients > 50 {
+		errs = append(errs, errors.New("--clients must be between 1 and 50"))
+	}
+	if o.kills < 1 {
+		errs = append(errs, errors.New("--kills must be at least 1"))
+	}
+	if o.fill < 0 {
+		errs = append(errs, errors.New("--fill must not be negative"))
+	}
+	switch o.only {
+	case "", "elanous", "etcd":
+	default:
+		errs = append(errs, fmt.Errorf("--only %q: want elanous or etcd", o.only))
+	}
+	for _, op := range strings.Split(ops, ",") {
+		op = strings.TrimSpace(op)
+		if op == "" {
+			continue
+		}
+		if !slices.ContainsFunc(rowSpecs, func(r rowSpec) bool { return r.ID == op }) {
+			errs = append(errs, fmt.Errorf("--ops: unknown row %q (want %s)", op, rowIDs()))
+			continue
+		}
+		if !slices.Contains(o.ops, op) {
+			o.ops = append(o.ops, op)
+		}
+	}
+	if len(o.ops) == 0 && len(errs) == 0 {
+		errs = append(errs, errors.New("--ops names no row"))
+	}
+	if o.only != "etcd" && o.repo == "" {
+		repo, err := findRepo()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		o.repo = repo
+	}
+	return o, errors.Join(errs...)
+}
+
+func rowIDs() string {
+	var ids []string
+	for _, r := range rowSpecs {
+		ids = append(ids, r.ID)
+	}
+	return strings.Join(ids, ", ")
+}
+
+// findRepo walks up from the current directory to the go.mod of module
+// github.com/elanous/elanous-node.
+func findRepo() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(data), "module github.com/elanous/elanous-node\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("cannot find the elanous-node working tree above the current directory; pass --repo")
+		}
+		dir = parent
+	}
+}
+
+// system is one cluster under test: etcd of one version, or elanous.
+type system interface {
+	// Name is the column heading: "etcd 3.4", "etcd 3.6", "elanous".
+	Name() string
+	// Version is the full version of the server binary.
+	Version() string
+	// Start brings up three members on loopback and waits until they serve.
+	Start(ctx context.Context) error
+	// Stop kills every process of the cluster.
+	Stop()
+	// Fill writes n records with concurrency clients.
+	Fill(ctx context.Context, n, clients int, progress func(done int)) error
+	// Workers prepares the clients of a throughput row: each step is one
+	// write or keepalive. single puts one client on the leader.
+	Workers(ctx context.Context, row string, clients int) ([]step, func(), error)
+	// Leader returns the index of the leading member.
+	Leader(ctx context.Context) (int, error)
+	// Writer prepares a one-client write loop through member i whose every
+	// attempt has its own deadline.
+	Writer(ctx context.Context, i int) (step, func(), error)
+	// Kill sends SIGKILL to member i and waits for it to exit.
+	Kill(i int) error
+	// Restart starts member i again on its data dir.
+	Restart(ctx context.Context, i int) error
+	// WaitHealthy waits until all three members serve with one leader.
+	WaitHealthy(ctx context.Context) error
+	// Usage reports each member's RSS and on-disk size.
+	Usage() []nodeUsage
+	// Logs returns the members' log files, for a failure report.
+	Logs() []string
+}
+
+// report is the whole run, as --json prints it.
+type report struct {
+	Started        time.Time        `json:"started"`
+	RuntimeSeconds float64          `json:"runtimeSeconds"`
+	Host           hostInfo         `json:"host"`
+	Options        reportOptions    `json:"options"`
+	Systems        []systemInfo     `json:"systems"`
+	Rows           []rowReport      `json:"rows"`
+	Usage          []nodeUsage      `json:"usage"`
+	Fill           map[string]stats `json:"fill,omitempty"`
+}
+
+type reportOptions struct {
+	DurationSeconds float64  `json:"durationSeconds"`
+	Clients         int      `json:"clients"`
+	Kills           int      `json:"kills"`
+	Fill            int      `json:"fill"`
+	Ops             []string `json:"ops"`
+	ElanousEnv      []string `json:"elanousEnv,omitempty"`
+}
+
+type hostInfo struct {
+	CPUs         int    `json:"cpus"`
+	GoVersion    string `json:"goVersion"`
+	LoadAvgStart string `json:"loadAvgStart"`
+	LoadAvgEnd   string `json:"loadAvgEnd"`
+	ElanousRev   string `json:"elanousRevision,omitempty"`
+}
+
+type systemInfo struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// rowReport is one row: each system's figures and the ratio.
+type rowReport struct {
+	rowSpec
+	Results map[string]*stats `json:"results"`
+	// BestEtcd names the etcd column the ratio is taken against.
+	BestEtcd string `json:"bestEtcd,omitempty"`
+	// Ratio is elanous / best etcd: of ops/s for throughput rows (higher is
+	// better for elanous), of the median gap for failover (lower is better).
+	Ratio float64 `json:"ratio,omitempty"`
+	// P50Ratio is elanous p50 / the lower etcd p50 on the single row.
+	P50Ratio float64 `json:"p50Ratio,omitempty"`
+}
+
+func run(ctx context.Context, args []string) error {
+	o, err := parseOptions(args, os.Stderr)
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	rep := &report{
+		Started: started,
+		Host:    hostInfo{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), LoadAvgStart: loadAvg()},
+		Options: reportOptions{DurationSeconds: o.duration.Seconds(), Clients: o.clients, Kills: o.kills, Fill: o.fill, Ops: o.ops},
+	}
+	pr := newPrinter(os.Stderr)
+	procs := newProcs()
+	defer procs.killAll()
+
+	root, err := os.MkdirTemp(o.workDir, "elanous-compare-etcd-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(root)
+
+	var systems []system
+	if o.only != "elanous" {
+		pr.logf("preparing etcd 3.4 (Debian etcd-server) and etcd %s (built from the Go module proxy)", etcd36Version)
+		bin34, err := ensureEtcd34(ctx, o.etcd34, pr)
+		if err != nil {
+			return err
+		}
+		bin36, err := ensureEtcd36(ctx, pr)
+		if err != nil {
+			return err
+		}
+		for _, b := range []struct{ name, bin string }{{"etcd 3.4", bin34}, {"etcd 3.6", bin36}} {
+			s, err := newEtcdSystem(b.name, b.bin, filepath.Join(root, strings.ReplaceAll(b.name, " ", "-")), procs)
+			if err != nil {
+				return err
+			}
+			systems = append(systems, s)
+		}
+	}
+	if o.only != "etcd" {
+		pr.logf("building elanous-node from %s", o.repo)
+		s, err := newElanousSystem(ctx, o.repo, filepath.Join(root, "elanous"), procs)
+		if err != nil {
+			return err
+		}
+		rep.Host.ElanousRev = gitRevision(o.repo)
+		rep.Options.ElanousEnv = s.passedEnv()
+		systems = append(systems, s)
+	}
+
+	for _, spec := range rowSpecs {
+		if slices.Contains(o.ops, spec.ID) {
+			rr := rowReport{rowSpec: spec, Results: map[string]*stats{}}
+			if strings.Contains(rr.Title, "%d") {
+				rr.Title = fmt.Sprintf(rr.Title, o.clients)
+			}
+			rep.Rows = append(rep.Rows, rr)
+		}
+	}
+	for _, s := range systems {
+		rep.Systems = append(rep.Systems, systemInfo{Name: s.Name(), Version: s.Version()})
+		if err := measureSystem(ctx, s, o, rep, pr); err != nil {
+			s.Stop()
+			if ctx.Err() != nil {
+				return fmt.Errorf("interrupted: %w", ctx.Err())
+			}
+			pr.logf("%s failed: %v", s.Name(), err)
+			for _, l := range s.Logs() {
+				pr.tail(l, 15)
+			}
+			return fmt.Errorf("%s: %w", s.Name(), err)
+		}
+		s.Stop()
+	}
+	rep.Host.LoadAvgEnd = loadAvg()
+	rep.RuntimeSeconds = time.Since(started).Seconds()
+	computeRatios(rep)
+	if o.json {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	printTable(os.Stdout, rep)
+	return nil
+}
+
+// measureSystem starts s, fills it, runs every selected row and records its
+// usage before stopping it.
+func measureSystem(ctx context.Context, s system, o options, rep *report, pr *printer) error {
+	pr.logf("%s: starting three members on loopback", s.Name())
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	if o.fill > 0 {
+		pr.logf("%s: filling %d records with %d clients", s.Name(), o.fill, o.clients)
+		t0 := time.Now()
+		last := time.Now()
+		err := s.Fill(ctx, o.fill, o.clients, func(done int) {
+			if time.Since(last) >= time.Second {
+				last = time.Now()
+				pr.logf("%s: fill %d/%d (%.0f/s)", s.Name(), done, o.fill, float64(done)/time.Since(t0).Seconds())
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("fill: %w", err)
+		}
+		el := time.Since(t0).Seconds()
+		pr.logf("%s: filled %d records in %.1fs (%.0f/s)", s.Name(), o.fill, el, float64(o.fill)/el)
+		if rep.Fill == nil {
+			rep.Fill = map[string]stats{}
+		}
+		rep.Fill[s.Name()] = stats{Ops: o.fill, Seconds: el, OpsPerSec: float64(o.fill) / el}
+	}
+	var beforeKills []nodeUsage
+	for i := range rep.Rows {
+		row := &rep.Rows[i]
+		var st *stats
+		var err error
+		if row.ID == rowFailover {
+			beforeKills = s.Usage()
+			st, err = runFailover(ctx, s, o.kills, pr)
+		} else {
+			clients := o.clients
+			if row.ID == rowSingle {
+				clients = 1
+			}
+			st, err = runRow(ctx, s, row.ID, clients, o.duration, pr)
+		}
+		if err != nil {
+			return fmt.Errorf("row %s: %w", row.ID, err)
+		}
+		row.Results[s.Name()] = st
+	}
+	u := s.Usage()
+	for i := range beforeKills {
+		u[i].RSSBeforeKillsBytes = beforeKills[i].RSSBytes
+	}
+	for _, n := range u {
+		pr.logf("%s: %s pid %d RSS %s, %s %s", s.Name(), n.Node, n.PID, mib(n.RSSBytes), n.DBName, mib(n.DBBytes))
+	}
+	rep.Usage = append(rep.Usage, u...)
+	return nil
+}
+
+// runRow runs one throughput row against s.
+func runRow(ctx context.Context, s system, row string, clients int, d time.Duration, pr *printer) (*stats, error) {
+	pr.logf("%s: %s: preparing %d clients", s.Name(), row, clients)
+	steps, cleanup, err := s.Workers(ctx, row, clients)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	st := runLoad(ctx, steps, d, func(elapsed time.Duration, ops, errs int64) {
+		pr.logf("%s: %s: %4.1fs %7d ops %5d errors", s.Name(), row, elapsed.Seconds(), ops, errs)
+	})
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	pr.logf("%s: %s: %s", s.Name(), row, st.summary())
+	if st.Ops == 0 {
+		return nil, fmt.Errorf("no operation succeeded (%d errors: %s)", st.Errors, st.errorText())
+	}
+	return st, nil
+}
+
+// computeRatios fills each row's best etcd and elanous / best etcd.
+func computeRatios(rep *report) {
+	for i := range rep.Rows {
+		row := &rep.Rows[i]
+		el := row.Results["elanous"]
+		var best *stats
+		for _, name := range []string{"etcd 3.4", "etcd 3.6"} {
+			st := row.Results[name]
+			if st == nil {
+				continue
+			}
+			if best == nil || (row.ID == rowFailover && st.GapMedianMs < best.GapMedianMs) ||
+				(row.ID != rowFailover && st.OpsPerSec > best.OpsPerSec) {
+				best, row.BestEtcd = st, name
+			}
+		}
+		if el == nil || best == nil {
+			continue
+		}
+		if row.ID == rowFailover {
+			if best.GapMedianMs > 0 {
+				row.Ratio = el.GapMedianMs / best.GapMedianMs
+			}
+			continue
+		}
+		if best.OpsPerSec > 0 {
+			row.Ratio = el.OpsPerSec / best.OpsPerSec
+		}
+		if row.ID == rowSingle {
+			// The p50 is compared with the lower etcd p50, whichever
+			// version had the higher rate.
+			var bestP50 float64
+			for _, name := range []string{"etcd 3.4", "etcd 3.6"} {
+				if st := row.Results[name]; st != nil && st.P50Ms > 0 && (bestP50 == 0 || st.P50Ms < bestP50) {
+					bestP50 = st.P50Ms
+				}
+			}
+			if bestP50 > 0 {
+				row.P50Ratio = el.P50Ms / bestP50
+			}
+		}
+	}
+}
