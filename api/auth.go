@@ -33,11 +33,15 @@ type Identity struct {
 	Machine string
 	// Owner is the token's fingerprint: the first 16 hex of its SHA-256.
 	Owner string
+	// TokenSHA256 is, for a machine token, its SHA-256 in hex: a command
+	// carries it so that Apply refuses it if the token was revoked or
+	// re-issued before the command was applied.
+	TokenSHA256 string
 }
 
 // Caller returns the fsm caller of an identity.
 func (id Identity) Caller() fsm.Caller {
-	return fsm.Caller{Owner: id.Owner, Machine: id.Machine, Admin: id.Scope == ScopeAdmin}
+	return fsm.Caller{Owner: id.Owner, Machine: id.Machine, Admin: id.Scope == ScopeAdmin, TokenSHA256: id.TokenSHA256}
 }
 
 type clusterToken struct {
@@ -94,7 +98,7 @@ func (s *Server) authenticate(r *http.Request) (Identity, error) {
 		return Identity{Scope: scope, Owner: owner}, nil
 	}
 	if machine, ok := s.node.FSM().MachineForToken(sum); ok {
-		return Identity{Scope: ScopeMember, Machine: machine, Owner: owner}, nil
+		return Identity{Scope: ScopeMember, Machine: machine, Owner: owner, TokenSHA256: hex.EncodeToString(sum[:])}, nil
 	}
 	return Identity{}, errUnknownToken
 }
@@ -122,8 +126,10 @@ func (s *Server) require(scope Scope) echo.MiddlewareFunc {
 // forwardUnknownToken lets the leader judge a token this follower does not
 // know: a machine token issued an instant ago (201 from the leader) may not be
 // applied here yet, and must not get 401 from one candidate and 200 from
-// another. It reports whether the leader's answer was written; when the
-// leader cannot be reached the caller answers 401 itself.
+// another. The forward is the write path's: within the route's budget, and a
+// write is answered only once this node has applied it. It reports whether
+// the leader's answer was written; when the leader cannot be reached the
+// caller answers 401 itself.
 func (s *Server) forwardUnknownToken(c echo.Context) bool {
 	if c.Request().Header.Get(wire.HeaderForwarded) != "" || s.node.IsLeader() {
 		return false
@@ -131,9 +137,10 @@ func (s *Server) forwardUnknownToken(c echo.Context) bool {
 	if _, ok := s.node.Leader(); !ok {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(c.Request().Context(), budget(c))
+	deadline, _ := budgetOf(c)
+	ctx, cancel := context.WithDeadline(c.Request().Context(), deadline)
 	defer cancel()
-	err := s.forward(c, ctx)
+	err := s.forward(ctx, c)
 	if err != nil && !c.Response().Committed {
 		return false
 	}
@@ -147,8 +154,11 @@ func identity(c echo.Context) Identity {
 	return id
 }
 
-// mayRead reports whether id may see a record of machine.
-func (id Identity) mayRead(machine string) bool { return id.Machine == "" || id.Machine == machine }
+// coversMachine reports whether id may read and write the records of
+// machine: a cluster token covers every machine, a machine token only its own.
+func (id Identity) coversMachine(machine string) bool {
+	return id.Machine == "" || id.Machine == machine
+}
 
 func scopeName(s Scope) string {
 	switch s {

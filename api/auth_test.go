@@ -137,8 +137,8 @@ func TestServer_AuthorizationMatrix(t *testing.T) {
 		{name: "GET /metrics", want: all200, build: get("/metrics")},
 		{name: "POST /v1/resources/register", want: [numKinds]int{401, 401, 401, 403, 200, 403, 200, 200},
 			build: func(_ *testing.T, _ *authEnv, cl cell) testutil.Call {
-				id := fmt.Sprintf("machine:%s-%d", cl.machine, cl.n)
-				body := wire.RegisterRequest{ID: id, Kind: "machine", Name: cl.machine, Machine: cl.machine, TTLMs: memberTTL}
+				id := fmt.Sprintf("instance:%s/%d", cl.machine, cl.n)
+				body := wire.RegisterRequest{ID: id, Kind: "instance", Name: cl.machine, Machine: cl.machine, TTLMs: memberTTL}
 				cc := testutil.JSONCall(http.MethodPost, cl.url+"/v1/resources/register", "", body)
 				cc.Auth = cl.auth
 				return cc

@@ -6,9 +6,22 @@
 // follower to the leader, blocking queries and the read headers, one error
 // handler that maps package errors to statuses, and Prometheus metrics.
 //
-// Writes go through cluster.Node.Propose. A follower that gets ErrNotLeader
-// forwards the request, body and credentials unchanged, to the leader's URL
-// with a header that stops a second hop. With no leader a write waits a little
-// for an election and then answers 503 no-leader with Retry-After, well inside
-// the one second the TypeScript lease client allows.
+// Routes are one table (routes.go): method, path, handler, scope, whether the
+// route writes, and its time budget. A write passes the write middleware after
+// authentication: a node that does not lead forwards the request as received
+// (body bytes, credentials, and a header that stops a second hop) to the
+// leader before its handler runs, so only the leader decodes, validates,
+// draws lease ids and token secrets, and proposes through
+// cluster.Node.Propose. With no leader a write waits a little for an election
+// and then answers 503 no-leader with Retry-After, well inside the one second
+// the TypeScript lease client allows. Writes and ?consistent=true reads share
+// one retry-and-forward loop (onLeader).
+//
+// Read-your-writes: a write's answer carries X-Elanous-Index, the index of
+// the entry that made the change. A node that forwarded a write answers only
+// once its own state machine has applied that index (bounded by the route's
+// budget), so the caller's next default read on that node sees the write.
+//
+// Handlers return api/wire types, converted from fsm records in convert.go:
+// the JSON of an fsm record is the snapshot format, not the HTTP format.
 package api

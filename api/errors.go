@@ -42,6 +42,8 @@ var errorMapping = []struct {
 	{fsm.ErrLeaseMismatch, http.StatusConflict, wire.CodeLeaseMismatch},
 	{fsm.ErrBandExhausted, http.StatusConflict, wire.CodePortBandExhausted},
 	{fsm.ErrIdempotencyKeyUsed, http.StatusConflict, wire.CodeIdempotencyUsed},
+	{fsm.ErrQuotaExceeded, http.StatusTooManyRequests, wire.CodeQuotaExceeded},
+	{fsm.ErrTokenRevoked, http.StatusUnauthorized, wire.CodeUnauthorized},
 	{cluster.ErrOutcomeUnknown, http.StatusServiceUnavailable, wire.CodeOutcomeUnknown},
 	{cluster.ErrNotReady, http.StatusServiceUnavailable, wire.CodeNotReady},
 	{cluster.ErrNoLeader, http.StatusServiceUnavailable, wire.CodeNoLeader},

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -24,45 +25,78 @@ var forwardedHeaders = []string{"Authorization", "Content-Type", wire.HeaderPort
 // copiedHeaders are the response headers copied back from the leader.
 var copiedHeaders = []string{"Content-Type", "Retry-After", "WWW-Authenticate", wire.HeaderGeneration, wire.HeaderIndex, wire.HeaderKnownLeader, wire.HeaderLastContactMs}
 
-// budget is how long a write may take through this node: the lease endpoints
-// answer within the TypeScript client's 1 s timeout.
-func budget(c echo.Context) time.Duration {
-	if strings.HasPrefix(c.Path(), "/v1/leases/port/:port") {
-		return 800 * time.Millisecond
+// errForwarded is returned up the handler chain once a request has been
+// forwarded to the leader and its answer written; withRoute turns it into
+// success.
+var errForwarded = errors.New("forwarded to the leader")
+
+// leaderOnly is the write middleware. It runs after authentication and before
+// the handler: the body is read once (64 KiB at most) and, unless this node
+// is the ready leader, the request is forwarded as received to the leader
+// and its answer copied back; only the leader decodes, validates, draws and
+// proposes. With no leader it waits for one up to the route's leader wait,
+// then forwards, serves, or answers 503 no-leader (or not-ready).
+func (s *Server) leaderOnly(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if _, err := readBody(c); err != nil {
+			return err
+		}
+		if err := s.onLeader(c, func(context.Context) error { return s.leading() }); err != nil {
+			return err
+		}
+		return next(c)
 	}
-	return 5 * time.Second
 }
 
-// leaderWait bounds how long a write waits for a leader to appear (or to
-// become ready) before it answers 503 no-leader: DESIGN §5 wants that answer
-// within 1 s, whatever the endpoint's budget.
-const leaderWait = 750 * time.Millisecond
+// leading returns nil when this node is the leader and its claim is applied
+// (it may propose), ErrNotLeader when another node leads, and ErrNoLeader or
+// ErrNotReady otherwise. Propose decides again; this is the cheap check that
+// spares a follower the handler's work.
+func (s *Server) leading() error {
+	leader, ok := s.node.Leader()
+	switch {
+	case !ok:
+		return cluster.ErrNoLeader
+	case leader.Machine != s.node.ID():
+		return cluster.ErrNotLeader
+	case !s.node.Ready():
+		return cluster.ErrNotReady
+	}
+	return nil
+}
 
-// propose proposes cmd. When this node is not the leader it forwards the
-// request to the leader and returns handled=true: the response is written.
-// With no leader (or a leader not ready) it waits for one, at most leaderWait.
-func (s *Server) propose(c echo.Context, cmd fsm.Command) (res any, handled bool, err error) {
-	b := budget(c)
-	ctx, cancel := context.WithTimeout(c.Request().Context(), b)
+// onLeader is the one retry-and-forward loop of writes and consistent reads.
+// It runs op (a leadership check, a Propose or a ReadIndex), which succeeds
+// only on the ready leader. On ErrNotLeader the request is forwarded to the
+// leader and errForwarded returned (the answer is written), unless it was
+// itself forwarded: a node never forwards twice. On ErrNoLeader or
+// ErrNotReady it waits for a leader until the request's leader wait and
+// tries again. Any other error (a domain error, outcome-unknown) is
+// returned as is. op runs under the request's budget.
+func (s *Server) onLeader(c echo.Context, op func(ctx context.Context) error) error {
+	deadline, leaderUntil := budgetOf(c)
+	ctx, cancel := context.WithDeadline(c.Request().Context(), deadline)
 	defer cancel()
-	waitUntil := time.Now().Add(min(b*3/4, leaderWait))
 	for {
-		var applied cluster.Applied
-		applied, err = s.node.Propose(ctx, cmd)
-		res = applied.Value
+		err := op(ctx)
 		switch {
+		case err == nil:
+			return nil
 		case errors.Is(err, cluster.ErrNotLeader):
 			if c.Request().Header.Get(wire.HeaderForwarded) != "" {
-				return nil, false, fmt.Errorf("%w: forwarded request reached a follower", cluster.ErrNoLeader)
+				return fmt.Errorf("%w: forwarded request reached a follower", cluster.ErrNoLeader)
 			}
-			return nil, true, s.forward(c, ctx)
+			if err := s.forward(ctx, c); err != nil {
+				return err
+			}
+			return errForwarded
 		case errors.Is(err, cluster.ErrNoLeader), errors.Is(err, cluster.ErrNotReady):
-			if time.Now().After(waitUntil) || !s.waitForLeader(ctx, waitUntil) {
-				return nil, false, err
+			if !s.waitForLeader(ctx, leaderUntil) {
+				return err
 			}
-			continue
+		default:
+			return err
 		}
-		return res, false, err
 	}
 }
 
@@ -83,10 +117,22 @@ func (s *Server) waitForLeader(ctx context.Context, until time.Time) bool {
 	return false
 }
 
-// forward sends the request, with its body and credentials, to the leader and
-// copies the answer back. A connection refused means nothing was sent: 503
-// no-leader. A failure after sending is 503 outcome-unknown for a write.
-func (s *Server) forward(c echo.Context, ctx context.Context) error {
+// maxAnswerBytes bounds an answer copied back from the leader.
+const maxAnswerBytes = 64 << 20
+
+// forward sends the request, with its body as received and its credentials,
+// to the leader and copies the answer back. A connection refused means
+// nothing was sent: 503 no-leader. A failure after sending is 503
+// outcome-unknown for a write.
+//
+// A successful write answer carries the index of the entry that made the
+// change (X-Elanous-Index). Before copying it back, this node waits until its
+// own state machine has applied that index, so the caller's next local read
+// here sees the write (read-your-writes). The wait is bounded by the
+// request's budget; when it runs out the answer is still given (the write
+// happened) and elanous_forward_unapplied_total counts it. A refused write
+// (4xx) changed nothing and is copied back at once.
+func (s *Server) forward(ctx context.Context, c echo.Context) error {
 	leader, ok := s.node.Leader()
 	if !ok {
 		return cluster.ErrNoLeader
@@ -101,15 +147,69 @@ func (s *Server) forward(c echo.Context, ctx context.Context) error {
 		return err
 	}
 	defer resp.Body.Close()
+	var answer io.Reader = io.LimitReader(resp.Body, maxAnswerBytes)
+	if rt := routeOf(c); rt != nil && rt.write {
+		if index, ok := writeIndex(resp); ok {
+			// Read the answer first: the wait may use up the context the
+			// body is read under.
+			data, err := io.ReadAll(answer)
+			if err != nil {
+				return fmt.Errorf("%w: read the leader's answer to a write it applied: %v", cluster.ErrOutcomeUnknown, err)
+			}
+			if !s.awaitApplied(ctx, index, rt.table) && c.Request().Context().Err() == nil {
+				s.metrics.unapplied.Inc() // the budget ran out, not the client
+			}
+			answer = bytes.NewReader(data)
+		}
+	}
 	for _, h := range copiedHeaders {
 		if v := resp.Header.Get(h); v != "" {
 			c.Response().Header().Set(h, v)
 		}
 	}
 	c.Response().WriteHeader(resp.StatusCode)
-	_, err = io.Copy(c.Response(), io.LimitReader(resp.Body, 64<<20))
+	_, err = io.Copy(c.Response(), answer)
 	return err
 }
+
+// writeIndex returns the index of the entry a successful write answer
+// reports, if it is one.
+func writeIndex(resp *http.Response) (uint64, bool) {
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return 0, false
+	}
+	index, err := strconv.ParseUint(resp.Header.Get(wire.HeaderIndex), 10, 64)
+	return index, err == nil && index > 0
+}
+
+// awaitApplied waits until this node's state machine has applied index, or
+// until ctx ends; it reports whether the index was reached. It wakes when
+// table changes (the write changed it, as most entries do) and checks every
+// appliedPoll as well, for an entry that changes no table (an acquire
+// answered from its Idempotency-Key).
+func (s *Server) awaitApplied(ctx context.Context, index uint64, table fsm.Table) bool {
+	f := s.node.FSM()
+	var tick *time.Ticker
+	for {
+		_, changed := f.Watch(table)
+		if f.AppliedIndex() >= index {
+			return true
+		}
+		if tick == nil {
+			tick = time.NewTicker(appliedPoll)
+			defer tick.Stop()
+		}
+		select {
+		case <-changed:
+		case <-tick.C:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// appliedPoll is awaitApplied's fallback check interval.
+const appliedPoll = 5 * time.Millisecond
 
 func forwardResult(err error) string {
 	if err != nil {

@@ -1,10 +1,10 @@
 package api
 
 import (
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/elanous/elanous-node/api/wire"
@@ -12,27 +12,29 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-func newLeaseID() (string, error) {
+// newLeaseID draws a lease id (a random UUID-shaped string) from the
+// server's random source. Only the leader draws one.
+func (s *Server) newLeaseID() (string, error) {
 	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	if _, err := io.ReadFull(s.rand, b[:]); err != nil {
 		return "", fmt.Errorf("draw lease id: %w", err)
 	}
 	h := hex.EncodeToString(b[:])
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:], nil
 }
 
-func (s *Server) acquireLease(c echo.Context) error {
+func (s *Server) acquireLease(c echo.Context) (wire.PortLease, error) {
 	var req wire.AcquireRequest
 	if err := decodeStrict(c, &req, false); err != nil {
 		var ae *Error
 		if errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
 			ae.Code = wire.CodeInvalidPortLease
 		}
-		return err
+		return wire.PortLease{}, err
 	}
-	leaseID, err := newLeaseID()
+	leaseID, err := s.newLeaseID()
 	if err != nil {
-		return err
+		return wire.PortLease{}, err
 	}
 	id := identity(c)
 	cmd := fsm.AcquireLease{
@@ -41,20 +43,18 @@ func (s *Server) acquireLease(c echo.Context) error {
 		IdempotencyKey: c.Request().Header.Get(wire.HeaderIdempotencyKey),
 	}
 	if err := cmd.Validate(); err != nil {
-		return err
+		return wire.PortLease{}, err
 	}
-	if !id.mayRead(req.Machine) {
-		return forbidden("a token of machine " + id.Machine + " cannot lease ports for " + req.Machine)
+	if !id.coversMachine(req.Machine) {
+		return wire.PortLease{}, forbidden("a token of machine " + id.Machine + " cannot lease ports for " + req.Machine)
 	}
-	res, handled, err := s.propose(c, cmd)
-	if handled || err != nil {
-		return err
-	}
-	return c.JSON(http.StatusCreated, res)
+	l, err := proposeAs[fsm.PortLease](s, c, cmd)
+	return wirePortLease(l), err
 }
 
 // leaseTarget reads what lease heartbeat and release share: the {port} in
-// the band, the x-port-lease-id header, and the (empty) body kept for a forward.
+// the band and the x-port-lease-id header. They carry no body (the write
+// middleware has read and bounded whatever came).
 func (s *Server) leaseTarget(c echo.Context) (port int, leaseID string, err error) {
 	if port, err = s.portParam(c); err != nil {
 		return 0, "", err
@@ -62,23 +62,16 @@ func (s *Server) leaseTarget(c echo.Context) (port int, leaseID string, err erro
 	if leaseID, err = leaseHeader(c); err != nil {
 		return 0, "", err
 	}
-	if _, err = readBody(c); err != nil {
-		return 0, "", err
-	}
 	return port, leaseID, nil
 }
 
-func (s *Server) renewLease(c echo.Context) error {
+func (s *Server) renewLease(c echo.Context) (wire.LeaseHeartbeatResponse, error) {
 	port, leaseID, err := s.leaseTarget(c)
 	if err != nil {
-		return err
+		return wire.LeaseHeartbeatResponse{}, err
 	}
-	res, handled, err := s.propose(c, fsm.RenewLease{Caller: identity(c).Caller(), Port: port, LeaseID: leaseID})
-	if handled || err != nil {
-		return err
-	}
-	l := res.(fsm.PortLease)
-	return c.JSON(http.StatusOK, wire.LeaseHeartbeatResponse{Port: l.Port, LeaseID: l.LeaseID, ExpiresAt: l.ExpiresAt})
+	l, err := proposeAs[fsm.PortLease](s, c, fsm.RenewLease{Caller: identity(c).Caller(), Port: port, LeaseID: leaseID})
+	return wire.LeaseHeartbeatResponse{Port: l.Port, LeaseID: l.LeaseID, ExpiresAt: l.ExpiresAt}, err
 }
 
 func (s *Server) releaseLease(c echo.Context) error {
@@ -86,16 +79,13 @@ func (s *Server) releaseLease(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	_, handled, err := s.propose(c, fsm.ReleaseLease{Caller: identity(c).Caller(), Port: port, LeaseID: leaseID})
-	if handled || err != nil {
-		return err
-	}
-	return c.NoContent(http.StatusNoContent)
+	_, err = s.propose(c, fsm.ReleaseLease{Caller: identity(c).Caller(), Port: port, LeaseID: leaseID})
+	return err
 }
 
-func (s *Server) listLeases(c echo.Context) error {
-	if handled, err := s.prepareRead(c, fsm.TableLeases); handled || err != nil {
-		return err
+func (s *Server) listLeases(c echo.Context) ([]wire.PortLease, error) {
+	if err := s.prepareRead(c, fsm.TableLeases); err != nil {
+		return nil, err
 	}
 	id := identity(c)
 	leases := s.node.FSM().Leases()
@@ -108,23 +98,23 @@ func (s *Server) listLeases(c echo.Context) error {
 		}
 		leases = own
 	}
-	return c.JSON(http.StatusOK, leases)
+	return wirePortLeases(leases), nil
 }
 
-func (s *Server) getLease(c echo.Context) error {
+func (s *Server) getLease(c echo.Context) (wire.PortLease, error) {
 	port, err := s.portParam(c)
 	if err != nil {
-		return err
+		return wire.PortLease{}, err
 	}
-	if handled, err := s.prepareRead(c, fsm.TableLeases); handled || err != nil {
-		return err
+	if err := s.prepareRead(c, fsm.TableLeases); err != nil {
+		return wire.PortLease{}, err
 	}
 	l, ok := s.node.FSM().Lease(port)
 	if !ok {
-		return &Error{Status: http.StatusNotFound, Code: wire.CodeNotFound, Message: fmt.Sprintf("no lease on port %d", port)}
+		return wire.PortLease{}, &Error{Status: http.StatusNotFound, Code: wire.CodeNotFound, Message: fmt.Sprintf("no lease on port %d", port)}
 	}
-	if !identity(c).mayRead(l.Machine) {
-		return forbidden("the lease belongs to another machine")
+	if !identity(c).coversMachine(l.Machine) {
+		return wire.PortLease{}, forbidden("the lease belongs to another machine")
 	}
-	return c.JSON(http.StatusOK, l)
+	return wirePortLease(l), nil
 }

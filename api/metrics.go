@@ -21,6 +21,9 @@ type metrics struct {
 	duration *prometheus.HistogramVec
 	forwards *prometheus.CounterVec
 	access   *slog.Logger // nil: no access log; set by Server.LogRequests before serving
+	// unapplied counts forwarded writes answered before this node applied
+	// them (the read-your-writes wait ran out of the route's budget).
+	unapplied prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, node *cluster.Node) *metrics {
@@ -35,8 +38,12 @@ func newMetrics(reg *prometheus.Registry, node *cluster.Node) *metrics {
 		forwards: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "elanous_forwards_total", Help: "Requests forwarded from this follower to the leader, by result.",
 		}, []string{"result"}),
+		unapplied: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "elanous_forward_unapplied_total",
+			Help: "Forwarded writes answered before this node had applied them: the read-your-writes wait ran out of the route's time budget.",
+		}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.forwards,
+	reg.MustRegister(m.requests, m.duration, m.forwards, m.unapplied,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if node == nil {
 		return m

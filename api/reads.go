@@ -1,15 +1,12 @@
 package api
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/elanous/elanous-node/api/wire"
-	"github.com/elanous/elanous-node/cluster"
 	"github.com/elanous/elanous-node/fsm"
 	"github.com/labstack/echo/v4"
 )
@@ -20,21 +17,21 @@ const MaxWait = 5 * time.Minute
 // prepareRead runs the read protocol before a handler reads table locally:
 // a blocking query (?index=N&wait=D) waits for the table's index to pass N,
 // then ?consistent=true makes the read linearizable (on a follower the
-// request is forwarded; handled is then true and the answer written). Last it
-// sets the read headers.
-func (s *Server) prepareRead(c echo.Context, table fsm.Table) (handled bool, err error) {
+// request is forwarded: errForwarded, the answer is written). Last it sets
+// the read headers.
+func (s *Server) prepareRead(c echo.Context, table fsm.Table) error {
 	if err := s.block(c, table); err != nil {
-		return false, err
+		return err
 	}
 	if consistent, err := boolParam(c, "consistent"); err != nil {
-		return false, err
+		return err
 	} else if consistent {
-		if handled, err := s.readIndex(c); handled || err != nil {
-			return handled, err
+		if err := s.onLeader(c, s.node.ReadIndex); err != nil {
+			return err
 		}
 	}
 	s.readHeaders(c, table)
-	return false, nil
+	return nil
 }
 
 func boolParam(c echo.Context, name string) (bool, error) {
@@ -49,13 +46,14 @@ func boolParam(c echo.Context, name string) (bool, error) {
 	return b, nil
 }
 
-// block waits while the table's index is not above ?index.
+// block waits while the table's index is not above ?index (the index the
+// caller has seen).
 func (s *Server) block(c echo.Context, table fsm.Table) error {
 	raw := c.QueryParam("index")
 	if raw == "" {
 		return nil
 	}
-	min, err := strconv.ParseUint(raw, 10, 64)
+	seen, err := strconv.ParseUint(raw, 10, 64)
 	if err != nil {
 		return badRequest("query parameter index must be a non-negative integer")
 	}
@@ -81,7 +79,7 @@ func (s *Server) block(c echo.Context, table fsm.Table) error {
 	ctx := c.Request().Context()
 	for {
 		index, ch := s.node.FSM().Watch(table)
-		if index > min {
+		if index > seen {
 			return nil
 		}
 		select {
@@ -90,31 +88,6 @@ func (s *Server) block(c echo.Context, table fsm.Table) error {
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
-		}
-	}
-}
-
-// readIndex performs a linearizable read barrier, forwarding from a follower.
-func (s *Server) readIndex(c echo.Context) (handled bool, err error) {
-	ctx, cancel := context.WithTimeout(c.Request().Context(), 5*time.Second)
-	defer cancel()
-	waitUntil := time.Now().Add(3 * time.Second)
-	for {
-		err := s.node.ReadIndex(ctx)
-		switch {
-		case err == nil:
-			return false, nil
-		case errors.Is(err, cluster.ErrNotLeader):
-			if c.Request().Header.Get(wire.HeaderForwarded) != "" {
-				return false, fmt.Errorf("%w: forwarded read reached a follower", cluster.ErrNoLeader)
-			}
-			return true, s.forward(c, ctx)
-		case errors.Is(err, cluster.ErrNoLeader), errors.Is(err, cluster.ErrNotReady):
-			if !s.waitForLeader(ctx, waitUntil) {
-				return false, err
-			}
-		default:
-			return false, err
 		}
 	}
 }

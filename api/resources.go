@@ -8,10 +8,10 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-func (s *Server) registerResource(c echo.Context) error {
+func (s *Server) registerResource(c echo.Context) (wire.Resource, error) {
 	var req wire.RegisterRequest
 	if err := decodeStrict(c, &req, false); err != nil {
-		return err
+		return wire.Resource{}, err
 	}
 	id := identity(c)
 	cmd := fsm.RegisterResource{
@@ -19,37 +19,30 @@ func (s *Server) registerResource(c echo.Context) error {
 		Endpoint: req.Endpoint, Attrs: req.Attrs, ObservedAt: req.ObservedAt, TTLMs: req.TTLMs,
 	}
 	if err := cmd.Validate(); err != nil {
-		return err
+		return wire.Resource{}, err
 	}
-	if !id.mayRead(req.Machine) {
-		return forbidden("a token of machine " + id.Machine + " cannot register resources of " + req.Machine)
+	if !id.coversMachine(req.Machine) {
+		return wire.Resource{}, forbidden("a token of machine " + id.Machine + " cannot register resources of " + req.Machine)
 	}
-	res, handled, err := s.propose(c, cmd)
-	if handled || err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, res)
+	r, err := proposeAs[fsm.Resource](s, c, cmd)
+	return wireResource(r), err
 }
 
-func (s *Server) heartbeatResource(c echo.Context) error {
+func (s *Server) heartbeatResource(c echo.Context) (wire.HeartbeatResponse, error) {
 	id, err := pathParam(c, "id")
 	if err != nil {
-		return err
+		return wire.HeartbeatResponse{}, err
 	}
 	var req wire.HeartbeatRequest
 	if err := decodeStrict(c, &req, true); err != nil {
-		return err
+		return wire.HeartbeatResponse{}, err
 	}
 	cmd := fsm.HeartbeatResource{Caller: identity(c).Caller(), ID: id, Attrs: req.Attrs}
 	if err := cmd.Validate(); err != nil {
-		return err
+		return wire.HeartbeatResponse{}, err
 	}
-	res, handled, err := s.propose(c, cmd)
-	if handled || err != nil {
-		return err
-	}
-	r := res.(fsm.Resource)
-	return c.JSON(http.StatusOK, wire.HeartbeatResponse{ID: r.ID, ExpiresAt: r.ExpiresAt})
+	r, err := proposeAs[fsm.Resource](s, c, cmd)
+	return wire.HeartbeatResponse{ID: r.ID, ExpiresAt: r.ExpiresAt}, err
 }
 
 func (s *Server) deleteResource(c echo.Context) error {
@@ -60,48 +53,42 @@ func (s *Server) deleteResource(c echo.Context) error {
 	if err := fsm.ValidateResourceID(id); err != nil {
 		return err
 	}
-	if _, err := readBody(c); err != nil {
-		return err
-	}
-	_, handled, err := s.propose(c, fsm.DeleteResource{Caller: identity(c).Caller(), ID: id})
-	if handled || err != nil {
-		return err
-	}
-	return c.NoContent(http.StatusNoContent)
+	_, err = s.propose(c, fsm.DeleteResource{Caller: identity(c).Caller(), ID: id})
+	return err
 }
 
-func (s *Server) listResources(c echo.Context) error {
-	if handled, err := s.prepareRead(c, fsm.TableResources); handled || err != nil {
-		return err
+func (s *Server) listResources(c echo.Context) ([]wire.Resource, error) {
+	if err := s.prepareRead(c, fsm.TableResources); err != nil {
+		return nil, err
 	}
 	id := identity(c)
 	machine := c.QueryParam("machine")
 	if id.Machine != "" {
 		if machine != "" && machine != id.Machine {
-			return forbidden("a machine token may list only its own machine's resources")
+			return nil, forbidden("a machine token may list only its own machine's resources")
 		}
 		machine = id.Machine
 	}
-	return c.JSON(http.StatusOK, s.node.FSM().Resources(c.QueryParam("kind"), machine))
+	return wireResources(s.node.FSM().Resources(c.QueryParam("kind"), machine)), nil
 }
 
-func (s *Server) getResource(c echo.Context) error {
+func (s *Server) getResource(c echo.Context) (wire.Resource, error) {
 	rid, err := pathParam(c, "id")
 	if err != nil {
-		return err
+		return wire.Resource{}, err
 	}
 	if err := fsm.ValidateResourceID(rid); err != nil {
-		return err
+		return wire.Resource{}, err
 	}
-	if handled, err := s.prepareRead(c, fsm.TableResources); handled || err != nil {
-		return err
+	if err := s.prepareRead(c, fsm.TableResources); err != nil {
+		return wire.Resource{}, err
 	}
 	r, ok := s.node.FSM().Resource(rid)
 	if !ok {
-		return &Error{Status: http.StatusNotFound, Code: wire.CodeNotFound, Message: "no resource " + rid}
+		return wire.Resource{}, &Error{Status: http.StatusNotFound, Code: wire.CodeNotFound, Message: "no resource " + rid}
 	}
-	if !identity(c).mayRead(r.Machine) {
-		return forbidden("the resource belongs to another machine")
+	if !identity(c).coversMachine(r.Machine) {
+		return wire.Resource{}, forbidden("the resource belongs to another machine")
 	}
-	return c.JSON(http.StatusOK, r)
+	return wireResource(r), nil
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"io"
 	"log/slog"
@@ -31,6 +32,9 @@ type Deps struct {
 	Registry *prometheus.Registry
 	// Client forwards writes to the leader; default a pooled client.
 	Client *http.Client
+	// Rand is the random source of lease ids and machine tokens; default
+	// crypto/rand.Reader. Only the leader draws from it.
+	Rand io.Reader
 }
 
 // Server is the HTTP API of one candidate.
@@ -40,6 +44,7 @@ type Server struct {
 	band          Band
 	log           *slog.Logger
 	client        *http.Client
+	rand          io.Reader
 	echo          *echo.Echo
 	metrics       *metrics
 	registry      *prometheus.Registry
@@ -56,6 +61,9 @@ func New(d Deps) *Server {
 	}
 	if d.Registry == nil {
 		d.Registry = prometheus.NewRegistry()
+	}
+	if d.Rand == nil {
+		d.Rand = rand.Reader
 	}
 	if d.Client == nil {
 		d.Client = &http.Client{
@@ -75,6 +83,7 @@ func New(d Deps) *Server {
 		band:          d.Band,
 		log:           d.Logger,
 		client:        d.Client,
+		rand:          d.Rand,
 		registry:      d.Registry,
 	}
 	s.metrics = newMetrics(d.Registry, d.Node)
@@ -97,37 +106,6 @@ func New(d Deps) *Server {
 		ErrorLog:          slog.NewLogLogger(d.Logger.Handler(), slog.LevelWarn),
 	}
 	return s
-}
-
-func (s *Server) routes(metricsAuth bool) {
-	e := s.echo
-	query, member, admin := s.require(ScopeQuery), s.require(ScopeMember), s.require(ScopeAdmin)
-	e.GET("/v1/primary", s.getPrimary)
-	e.GET("/v1/health", s.getHealth)
-	e.GET("/v1/ready", s.getReady)
-	if metricsAuth {
-		e.GET("/metrics", s.getMetrics, query)
-	} else {
-		e.GET("/metrics", s.getMetrics)
-	}
-
-	e.POST("/v1/resources/register", s.registerResource, member)
-	e.POST("/v1/resources/:id/heartbeat", s.heartbeatResource, member)
-	e.DELETE("/v1/resources/:id", s.deleteResource, member)
-	e.GET("/v1/resources", s.listResources, query)
-	e.GET("/v1/resources/:id", s.getResource, query)
-
-	e.POST("/v1/leases/port", s.acquireLease, member)
-	e.POST("/v1/leases/port/:port/heartbeat", s.renewLease, member)
-	e.DELETE("/v1/leases/port/:port", s.releaseLease, member)
-	e.GET("/v1/leases/port", s.listLeases, query)
-	e.GET("/v1/leases/port/:port", s.getLease, query)
-
-	e.POST("/v1/tokens/member", s.issueToken, admin)
-	e.DELETE("/v1/tokens/member/:machine", s.revokeToken, admin)
-	e.GET("/v1/tokens/member", s.listTokens, admin)
-
-	e.GET("/v1/cluster/status", s.clusterStatus, query)
 }
 
 // Handler returns the API as an http.Handler (tests use it with httptest).

@@ -1,11 +1,10 @@
 package api
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net/http"
+	"io"
 
 	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/fsm"
@@ -13,29 +12,29 @@ import (
 )
 
 // issueToken draws a machine token, proposes only its SHA-256 and returns the
-// token this once. On a follower the request is forwarded before anything is
-// drawn that matters: the leader draws its own.
-func (s *Server) issueToken(c echo.Context) error {
+// token this once. It runs on the leader only: a follower forwards the
+// request in the write middleware before decoding its body, so the one
+// secret drawn is the leader's.
+func (s *Server) issueToken(c echo.Context) (wire.IssuedToken, error) {
 	var req wire.IssueTokenRequest
 	if err := decodeStrict(c, &req, false); err != nil {
-		return err
+		return wire.IssuedToken{}, err
 	}
 	if !wire.ValidMachine(req.Machine) {
-		return badRequest(fmt.Sprintf("machine %q is not a valid machine name", req.Machine))
+		return wire.IssuedToken{}, badRequest(fmt.Sprintf("machine %q is not a valid machine name", req.Machine))
 	}
 	var secret [32]byte
-	if _, err := rand.Read(secret[:]); err != nil {
-		return fmt.Errorf("draw token: %w", err)
+	if _, err := io.ReadFull(s.rand, secret[:]); err != nil {
+		return wire.IssuedToken{}, fmt.Errorf("draw token: %w", err)
 	}
 	token := hex.EncodeToString(secret[:])
 	sum := sha256.Sum256([]byte(token))
-	res, handled, err := s.propose(c, fsm.IssueToken{Machine: req.Machine, SHA256: hex.EncodeToString(sum[:])})
-	if handled || err != nil {
-		return err
+	t, err := proposeAs[fsm.MemberToken](s, c, fsm.IssueToken{Machine: req.Machine, SHA256: hex.EncodeToString(sum[:])})
+	if err != nil {
+		return wire.IssuedToken{}, err
 	}
-	t := res.(fsm.MemberToken)
 	s.log.Info("issued machine token", "machine", t.Machine)
-	return c.JSON(http.StatusCreated, wire.IssuedToken{Machine: t.Machine, Token: token, IssuedAt: t.IssuedAt})
+	return wire.IssuedToken{Machine: t.Machine, Token: token, IssuedAt: t.IssuedAt}, nil
 }
 
 func (s *Server) revokeToken(c echo.Context) error {
@@ -46,24 +45,21 @@ func (s *Server) revokeToken(c echo.Context) error {
 	if !wire.ValidMachine(machine) {
 		return badRequest(fmt.Sprintf("machine %q is not a valid machine name", machine))
 	}
-	if _, err := readBody(c); err != nil {
-		return err
-	}
-	_, handled, err := s.propose(c, fsm.RevokeToken{Machine: machine})
-	if handled || err != nil {
+	if _, err := s.propose(c, fsm.RevokeToken{Machine: machine}); err != nil {
 		return err
 	}
 	s.log.Info("revoked machine token", "machine", machine)
-	return c.NoContent(http.StatusNoContent)
+	return nil
 }
 
-func (s *Server) listTokens(c echo.Context) error {
-	if handled, err := s.prepareRead(c, fsm.TableTokens); handled || err != nil {
-		return err
+func (s *Server) listTokens(c echo.Context) ([]wire.TokenInfo, error) {
+	if err := s.prepareRead(c, fsm.TableTokens); err != nil {
+		return nil, err
 	}
-	out := []wire.TokenInfo{}
-	for _, t := range s.node.FSM().Tokens() {
-		out = append(out, wire.TokenInfo{Machine: t.Machine, IssuedAt: t.IssuedAt})
+	tokens := s.node.FSM().Tokens()
+	out := make([]wire.TokenInfo, 0, len(tokens))
+	for _, t := range tokens {
+		out = append(out, wireTokenInfo(t))
 	}
-	return c.JSON(http.StatusOK, out)
+	return out, nil
 }

@@ -136,8 +136,9 @@ type Node struct {
 	stop     chan struct{}
 	wg       sync.WaitGroup
 
-	stats   applyStats
-	batches batchStats
+	stats    applyStats
+	batches  batchStats
+	announce announcer
 
 	mu       sync.Mutex
 	probe    FormatProbe // guarded by mu

@@ -465,6 +465,23 @@ func (f ResourceFilter) query() url.Values {
 	return q
 }
 
+// ReadOptions tune a list read.
+type ReadOptions struct {
+	// Consistent asks for a linearizable read (?consistent=true): the leader
+	// answers (a follower forwards), and the read sees every write
+	// acknowledged before it. Without it the target answers from its own
+	// state, which may be behind the leader's.
+	Consistent bool
+}
+
+func (o ReadOptions) query() url.Values {
+	q := url.Values{}
+	if o.Consistent {
+		q.Set("consistent", "true")
+	}
+	return q
+}
+
 // ListResources returns GET /v1/resources, narrowed by f.
 func (c *Client) ListResources(ctx context.Context, f ResourceFilter) ([]wire.Resource, error) {
 	var out []wire.Resource
@@ -521,9 +538,9 @@ func (c *Client) ReleasePortLease(ctx context.Context, port int, leaseID string)
 }
 
 // ListPortLeases returns GET /v1/leases/port.
-func (c *Client) ListPortLeases(ctx context.Context) ([]wire.PortLease, error) {
+func (c *Client) ListPortLeases(ctx context.Context, o ReadOptions) ([]wire.PortLease, error) {
 	var out []wire.PortLease
-	_, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/leases/port"}, &out)
+	_, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/leases/port", query: o.query()}, &out)
 	return out, err
 }
 
@@ -558,9 +575,9 @@ func (c *Client) RevokeMemberToken(ctx context.Context, machine string) error {
 }
 
 // ListMemberTokens lists machine tokens without their secrets (GET /v1/tokens/member, admin).
-func (c *Client) ListMemberTokens(ctx context.Context) ([]wire.TokenInfo, error) {
+func (c *Client) ListMemberTokens(ctx context.Context, o ReadOptions) ([]wire.TokenInfo, error) {
 	var out []wire.TokenInfo
-	_, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/tokens/member"}, &out)
+	_, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/tokens/member", query: o.query()}, &out)
 	return out, err
 }
 

@@ -109,6 +109,10 @@ func TestClient_Endpoints(t *testing.T) {
 			_, err := c.ListResources(ctx, ResourceFilter{Kind: "machine", Machine: "mbp"})
 			return err
 		}, recorded{Method: "GET", URI: "/v1/resources?kind=machine&machine=mbp", Auth: bearer}},
+		{"list resources consistent", func(ctx context.Context) error {
+			_, err := c.ListResources(ctx, ResourceFilter{Consistent: true})
+			return err
+		}, recorded{Method: "GET", URI: "/v1/resources?consistent=true", Auth: bearer}},
 		{"list resources blocking", func(ctx context.Context) error {
 			_, _, err := c.ListResourcesBlocking(ctx, 42, 1500*time.Millisecond)
 			return err
@@ -126,8 +130,12 @@ func TestClient_Endpoints(t *testing.T) {
 		}, recorded{Method: "POST", URI: "/v1/leases/port/31450/heartbeat", Auth: bearer, LeaseID: "lease-1"}},
 		{"release", func(ctx context.Context) error { return c.ReleasePortLease(ctx, 31450, "lease-1") },
 			recorded{Method: "DELETE", URI: "/v1/leases/port/31450", Auth: bearer, LeaseID: "lease-1"}},
-		{"list leases", func(ctx context.Context) error { _, err := c.ListPortLeases(ctx); return err },
+		{"list leases", func(ctx context.Context) error { _, err := c.ListPortLeases(ctx, ReadOptions{}); return err },
 			recorded{Method: "GET", URI: "/v1/leases/port", Auth: bearer}},
+		{"list leases consistent", func(ctx context.Context) error {
+			_, err := c.ListPortLeases(ctx, ReadOptions{Consistent: true})
+			return err
+		}, recorded{Method: "GET", URI: "/v1/leases/port?consistent=true", Auth: bearer}},
 		{"list leases blocking", func(ctx context.Context) error { _, _, err := c.ListLeasesBlocking(ctx, 3, 0); return err },
 			recorded{Method: "GET", URI: "/v1/leases/port?index=3", Auth: bearer}},
 		{"get lease", func(ctx context.Context) error { _, err := c.GetPortLease(ctx, 31451); return err },
@@ -136,8 +144,12 @@ func TestClient_Endpoints(t *testing.T) {
 			recorded{Method: "POST", URI: "/v1/tokens/member", Auth: bearer, ContentType: "application/json", Body: `{"machine":"mbp"}`}},
 		{"revoke token", func(ctx context.Context) error { return c.RevokeMemberToken(ctx, "mbp") },
 			recorded{Method: "DELETE", URI: "/v1/tokens/member/mbp", Auth: bearer}},
-		{"list tokens", func(ctx context.Context) error { _, err := c.ListMemberTokens(ctx); return err },
+		{"list tokens", func(ctx context.Context) error { _, err := c.ListMemberTokens(ctx, ReadOptions{}); return err },
 			recorded{Method: "GET", URI: "/v1/tokens/member", Auth: bearer}},
+		{"list tokens consistent", func(ctx context.Context) error {
+			_, err := c.ListMemberTokens(ctx, ReadOptions{Consistent: true})
+			return err
+		}, recorded{Method: "GET", URI: "/v1/tokens/member?consistent=true", Auth: bearer}},
 		{"cluster status", func(ctx context.Context) error { _, err := c.ClusterStatus(ctx); return err },
 			recorded{Method: "GET", URI: "/v1/cluster/status", Auth: bearer}},
 	}

@@ -45,6 +45,13 @@ type Options struct {
 	Nodes   int           // default 3
 	Timeout time.Duration // raft heartbeat and election timeout; default 100ms
 	Sweep   time.Duration // sweep interval; default 200ms
+	// CommitTimeout is raft's: how long a leader with nothing to send waits
+	// before telling followers its commit index; default 5ms.
+	CommitTimeout time.Duration
+	// API, when set, may change the api.Deps of node i before its server
+	// starts (and again at each restart): a counting random source, a
+	// registry the test reads metrics from.
+	API func(i int, d *api.Deps)
 }
 
 // Start starts a cluster and waits until every node is ready. It is stopped
@@ -59,6 +66,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	if opts.Sweep == 0 {
 		opts.Sweep = 200 * time.Millisecond
+	}
+	if opts.CommitTimeout == 0 {
+		opts.CommitTimeout = 5 * time.Millisecond
 	}
 	c := &Cluster{t: t, opts: opts, Tokens: wire.TokensFile{Admin: testutil.RandomToken(), Member: testutil.RandomToken(), Query: testutil.RandomToken()}}
 	var lns []net.Listener
@@ -94,7 +104,7 @@ func (c *Cluster) nodeConfig(i int, trans raft.Transport) cluster.Config {
 		ID: c.cands[i].Machine, Candidates: c.cands, Bootstrap: true,
 		DataDir: c.Nodes[i].DataDir, Transport: trans,
 		HeartbeatTimeout: c.opts.Timeout, ElectionTimeout: c.opts.Timeout,
-		LeaderLeaseTimeout: c.opts.Timeout / 2, CommitTimeout: 5 * time.Millisecond,
+		LeaderLeaseTimeout: c.opts.Timeout / 2, CommitTimeout: c.opts.CommitTimeout,
 		SweepInterval: c.opts.Sweep, FormatCheckInterval: 200 * time.Millisecond,
 	}
 }
@@ -105,7 +115,11 @@ func (c *Cluster) startNode(i int, trans raft.Transport, ln net.Listener) {
 	if err != nil {
 		c.t.Fatalf("cluster.New(%s): %v", c.cands[i].Machine, err)
 	}
-	srv := api.New(api.Deps{Node: node, Tokens: c.Tokens})
+	deps := api.Deps{Node: node, Tokens: c.Tokens}
+	if c.opts.API != nil {
+		c.opts.API(i, &deps)
+	}
+	srv := api.New(deps)
 	n := c.Nodes[i]
 	n.Node, n.Server, n.ln, n.stopped = node, srv, ln, false
 	go func() { _ = srv.Serve(ln) }()

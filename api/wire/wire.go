@@ -32,6 +32,8 @@ const (
 	CodePortBandExhausted = "port-band-exhausted"  // 409: no free port in the test band
 	CodeIdempotencyUsed   = "idempotency-key-used" // 409: the key's lease was released or expired
 	CodeBodyTooLarge      = "body-too-large"       // 413: body over 64 KiB
+	CodeQuotaExceeded     = "quota-exceeded"       // 429: a replicated limit would be passed (the message names it)
+	CodeRateLimited       = "rate-limited"         // 429: too many writes from this token or address; see Retry-After
 	CodeNoLeader          = "no-leader"            // 503: no leader known, retry later
 	CodeNotReady          = "not-ready"            // 503: leader elected but its claim is not applied here yet
 	CodeOutcomeUnknown    = "outcome-unknown"      // 503: the write may or may not have been applied

@@ -197,6 +197,18 @@ func (e *clientEnv) client() (*member.Client, error) {
 	return member.NewClient(member.ClientConfig{Resolver: r, HTTPClient: e.httpc})
 }
 
+// listReadHelp is the paragraph of --help that every list command shares.
+const listReadHelp = `The list is a consistent read by default (?consistent=true), as etcdctl get
+is: the leader answers (the candidate asked forwards to it), and the list holds
+every write the cluster acknowledged before it. --stale reads the answering
+candidate's own state instead: faster, and it answers without a leader, but it
+may miss the latest writes made through other candidates.`
+
+// bindStale adds --stale to a list command.
+func bindStale(cmd *cobra.Command, stale *bool) {
+	cmd.Flags().BoolVar(stale, "stale", false, "read the candidate's local state instead of a consistent read through the leader (faster; may lag)")
+}
+
 // withRetry runs call and, when the server was unreachable or answered 503,
 // re-resolves the primary and runs it once more — the member library's
 // failover rule, for one-shot commands.

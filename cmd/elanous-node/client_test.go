@@ -232,7 +232,7 @@ func TestClientCmd_TokenSources(t *testing.T) {
 				t.Errorf("b (the primary, not joined) saw a token: %s", r)
 			}
 		}
-		if last := a.seen()[len(a.seen())-1]; last != "GET /v1/resources auth="+cliTokenA {
+		if last := a.seen()[len(a.seen())-1]; last != "GET /v1/resources?consistent=true auth="+cliTokenA {
 			t.Errorf("a's last request = %q, want the list with the joined token", last)
 		}
 	})

@@ -539,10 +539,17 @@ func (c *e2eCluster) getStatus(nd *e2eNode) (wire.ClusterStatus, error) {
 	return st, nil
 }
 
-// registerBody is a machine resource registration as the TypeScript member sends it.
+// registerBody is a resource registration as the TypeScript member sends
+// it. An id "machine:<name>" is the machine <name> itself (kind machine, its
+// machine field <name>, whatever machine says); any other id is an instance
+// of machine.
 func registerBody(id, machine string) map[string]any {
+	kind := "instance"
+	if name, ok := strings.CutPrefix(id, "machine:"); ok {
+		kind, machine = "machine", name
+	}
 	return map[string]any{
-		"id": id, "kind": "machine", "name": machine, "machine": machine, "owner": "",
+		"id": id, "kind": kind, "name": machine, "machine": machine, "owner": "",
 		"attrs":      map[string]any{"load": 0.5},
 		"observedAt": time.Now().UnixMilli(), "ttlMs": 600_000,
 	}

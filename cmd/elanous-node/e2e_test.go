@@ -343,10 +343,10 @@ func TestE2E_TokensNeverOnDisk(t *testing.T) {
 	})
 	for i, nd := range c.nodes {
 		testutil.Expect(t,
-			e2eCall(http.MethodPost, nd.url+"/v1/resources/register", issued.Token, registerBody(fmt.Sprintf("machine:box-1-%d", i), "box-1")),
+			e2eCall(http.MethodPost, nd.url+"/v1/resources/register", issued.Token, registerBody(fmt.Sprintf("instance:box-1/%d", i), "box-1")),
 			http.StatusOK)
 		testutil.Expect(t,
-			e2eCall(http.MethodPost, nd.url+"/v1/resources/register", issued.Token, registerBody(fmt.Sprintf("machine:box-2-%d", i), "box-2")),
+			e2eCall(http.MethodPost, nd.url+"/v1/resources/register", issued.Token, registerBody(fmt.Sprintf("instance:box-2/%d", i), "box-2")),
 			http.StatusForbidden)
 	}
 	l := testutil.Decode[wire.PortLease](t, testutil.Expect(t,

@@ -244,11 +244,14 @@ func newLeaseListCmd() *cobra.Command {
 	var (
 		flags  clientFlags
 		asJSON bool
+		stale  bool
 	)
 	cmd := &cobra.Command{
-		Use:                   "list [--json]",
-		Short:                 "List the live port leases",
-		Example:               `  elanous-node lease list --json | jq '.[].port'`,
+		Use:   "list [--json] [--stale]",
+		Short: "List the live port leases",
+		Long:  "List the live port leases.\n\n" + listReadHelp,
+		Example: `  elanous-node lease list --json | jq '.[].port'
+  elanous-node lease list --stale`,
 		Args:                  cobra.NoArgs,
 		DisableFlagsInUseLine: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -260,7 +263,7 @@ func newLeaseListCmd() *cobra.Command {
 			defer cancel()
 			var list []wire.PortLease
 			err = withRetry(ctx, c, func(ctx context.Context) (err error) {
-				list, err = c.ListPortLeases(ctx)
+				list, err = c.ListPortLeases(ctx, member.ReadOptions{Consistent: !stale})
 				return err
 			})
 			if err != nil {
@@ -282,5 +285,6 @@ func newLeaseListCmd() *cobra.Command {
 	}
 	flags.bind(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	bindStale(cmd, &stale)
 	return cmd
 }

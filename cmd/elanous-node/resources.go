@@ -27,13 +27,15 @@ func newResourcesListCmd() *cobra.Command {
 	var (
 		flags         clientFlags
 		kind, machine string
-		asJSON        bool
+		asJSON, stale bool
 	)
 	cmd := &cobra.Command{
-		Use:   "list [--kind K] [--machine M] [--json]",
+		Use:   "list [--kind K] [--machine M] [--json] [--stale]",
 		Short: "List registered resources, optionally of one kind or machine",
+		Long:  "List registered resources, optionally of one kind or machine.\n\n" + listReadHelp,
 		Example: `  elanous-node resources list
-  elanous-node resources list --kind instance --machine mbp --json`,
+  elanous-node resources list --kind instance --machine mbp --json
+  elanous-node resources list --stale`,
 		Args:                  cobra.NoArgs,
 		DisableFlagsInUseLine: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -45,7 +47,7 @@ func newResourcesListCmd() *cobra.Command {
 			defer cancel()
 			var list []wire.Resource
 			err = withRetry(ctx, c, func(ctx context.Context) (err error) {
-				list, err = c.ListResources(ctx, member.ResourceFilter{Kind: kind, Machine: machine})
+				list, err = c.ListResources(ctx, member.ResourceFilter{Kind: kind, Machine: machine, Consistent: !stale})
 				return err
 			})
 			if err != nil {
@@ -69,5 +71,6 @@ func newResourcesListCmd() *cobra.Command {
 	cmd.Flags().StringVar(&kind, "kind", "", "only resources of this kind (machine, instance)")
 	cmd.Flags().StringVar(&machine, "machine", "", "only resources of this machine")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	bindStale(cmd, &stale)
 	return cmd
 }

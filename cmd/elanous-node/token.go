@@ -115,11 +115,14 @@ func newTokenListCmd() *cobra.Command {
 	var (
 		flags  clientFlags
 		asJSON bool
+		stale  bool
 	)
 	cmd := &cobra.Command{
-		Use:                   "list [--json]",
-		Short:                 "List the machines that hold a token (never the tokens)",
-		Example:               `  elanous-node token list --json`,
+		Use:   "list [--json] [--stale]",
+		Short: "List the machines that hold a token (never the tokens)",
+		Long:  "List the machines that hold a token (never the tokens).\n\n" + listReadHelp,
+		Example: `  elanous-node token list --json
+  elanous-node token list --stale`,
 		Args:                  cobra.NoArgs,
 		DisableFlagsInUseLine: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -131,7 +134,7 @@ func newTokenListCmd() *cobra.Command {
 			defer cancel()
 			var list []wire.TokenInfo
 			err = withRetry(ctx, c, func(ctx context.Context) (err error) {
-				list, err = c.ListMemberTokens(ctx)
+				list, err = c.ListMemberTokens(ctx, member.ReadOptions{Consistent: !stale})
 				return err
 			})
 			if err != nil {
@@ -153,5 +156,6 @@ func newTokenListCmd() *cobra.Command {
 	}
 	flags.bind(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	bindStale(cmd, &stale)
 	return cmd
 }

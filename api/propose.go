@@ -1,0 +1,47 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/cluster"
+	"github.com/elanous/elanous-node/fsm"
+	"github.com/labstack/echo/v4"
+)
+
+// propose proposes cmd on this node, which the write middleware found
+// leading, and returns the state machine's result. The answer carries the
+// entry's index in X-Elanous-Index: a node that forwarded the request waits to
+// apply that index before answering, and the leader announces the commit so
+// the wait is short. If leadership moved in the meantime, the request is
+// forwarded after all, through the loop the middleware and consistent reads
+// share (errForwarded: the answer is written).
+func (s *Server) propose(c echo.Context, cmd fsm.Command) (any, error) {
+	var applied cluster.Applied
+	err := s.onLeader(c, func(ctx context.Context) (err error) {
+		applied, err = s.node.Propose(ctx, cmd)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if c.Request().Header.Get(wire.HeaderForwarded) != "" {
+		// The forwarding node waits to apply the entry: tell it now that
+		// the entry is committed.
+		s.node.AnnounceCommit()
+	}
+	c.Response().Header().Set(wire.HeaderIndex, strconv.FormatUint(applied.Index, 10))
+	return applied.Value, nil
+}
+
+// proposeAs is propose for a command whose result is a T.
+func proposeAs[T any](s *Server, c echo.Context, cmd fsm.Command) (T, error) {
+	v, err := s.propose(c, cmd)
+	res, ok := v.(T)
+	if err == nil && !ok {
+		err = fmt.Errorf("command %T applied with a %T result, want %T", cmd, v, res)
+	}
+	return res, err
+}
