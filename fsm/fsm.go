@@ -160,11 +160,26 @@ func (f *FSM) MachineForToken(sum [32]byte) (string, bool) {
 	return machine, true
 }
 
+// Candidates returns the candidate directory sorted by machine (empty before
+// format 2).
+func (f *FSM) Candidates() []Candidate {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.sortedCandidates()
+}
+
+// Limits returns the abuse limits in force (defaults filled in).
+func (f *FSM) Limits() Limits {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.limits.EffectiveLimits()
+}
+
 // Counts returns the size of each table.
 func (f *FSM) Counts() Counts {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return Counts{Resources: f.st.resources.Len(), Leases: len(f.st.leases), Tokens: len(f.st.tokens)}
+	return Counts{Resources: f.st.resources.Len(), Leases: len(f.st.leases), Tokens: len(f.st.tokens), Candidates: len(f.st.candidates)}
 }
 
 // NextExpiry returns the earliest expiresAt of any record, and false when

@@ -1,0 +1,268 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
+
+// format2 returns a harness at format level 2 holding the baseline.
+func format2(t *testing.T) *harness {
+	t.Helper()
+	h := newHarness(t)
+	h.baseline()
+	h.mustApply(SetFormat{Header: Header{Now: t0}, Level: 2})
+	return h
+}
+
+// tokenCaller is a machine token's caller as the API builds it at format 2.
+func tokenCaller(owner, machine, sum string) Caller {
+	return Caller{Owner: owner, Machine: machine, TokenSHA256: sum}
+}
+
+func TestFSM_Format2Quotas(t *testing.T) {
+	t.Run("resources per machine", func(t *testing.T) {
+		h := format2(t)
+		h.mustApply(SetLimits{Header: Header{Now: t0}, Limits: Limits{ResourcesPerMachine: 2}})
+		h.mustApply(registerCmd(t0, memberCaller, "machine:mbp", "mbp"))
+		inst := registerCmd(t0, memberCaller, "instance:mbp/1", "mbp")
+		inst.Kind = "instance"
+		h.mustApply(inst)
+		// Re-registering one it holds adds nothing; a third is refused.
+		h.mustApply(inst)
+		third := inst
+		third.ID = "instance:mbp/2"
+		before := capture(h.f)
+		if err, _ := h.apply(third).(error); !errors.Is(err, ErrQuotaExceeded) {
+			t.Fatalf("Apply(third resource) = %v, want %v", err, ErrQuotaExceeded)
+		}
+		assertUnchanged(t, h.f, before, t0)
+		// Another machine is not affected; a deleted one frees a place.
+		h.mustApply(registerCmd(t0, memberCaller, "machine:studio", "studio"))
+		h.mustApply(DeleteResource{Header: Header{Now: t0}, Caller: memberCaller, ID: "instance:mbp/1"})
+		h.mustApply(third)
+	})
+	t.Run("resources in the cluster", func(t *testing.T) {
+		h := format2(t)
+		h.mustApply(SetLimits{Header: Header{Now: t0}, Limits: Limits{Resources: 3}}) // the baseline holds one
+		h.mustApply(registerCmd(t0, memberCaller, "machine:a", "a"))
+		h.mustApply(registerCmd(t0, memberCaller, "machine:b", "b"))
+		if err, _ := h.apply(registerCmd(t0, memberCaller, "machine:c", "c")).(error); !errors.Is(err, ErrQuotaExceeded) {
+			t.Fatalf("Apply(fourth resource) = %v, want %v", err, ErrQuotaExceeded)
+		}
+		h.mustApply(registerCmd(t0+1, memberCaller, "machine:a", "a")) // an upsert still works
+	})
+	t.Run("leases per machine, a quarter of the band by default", func(t *testing.T) {
+		h := format2(t)
+		limit := (bandHigh - bandLow + 1) / 4
+		for i := range limit - 1 { // the baseline holds one lease of mbp
+
+			h.mustApply(acquireCmd(t0, memberCaller, fmt.Sprintf("lease-%d", i)))
+		}
+		if err, _ := h.apply(acquireCmd(t0, memberCaller, "lease-over")).(error); !errors.Is(err, ErrQuotaExceeded) {
+			t.Fatalf("Apply(acquire %d) = %v, want %v", limit+1, err, ErrQuotaExceeded)
+		}
+		// Once one expires (awaiting its sweep), its port can be taken again.
+		studio := Caller{Owner: "e000000000000000"}
+		short := acquireCmd(t0, studio, "lease-short")
+		short.Machine, short.TTLMs = "studio", 10
+		h.mustApply(short)
+		again := acquireCmd(t0+20, studio, "lease-again")
+		again.Machine = "studio"
+		if _, ok := h.apply(again).(PortLease); !ok {
+			t.Errorf("studio's second acquire was refused")
+		}
+	})
+	t.Run("idempotency keys are bounded, oldest first", func(t *testing.T) {
+		h := format2(t)
+		h.mustApply(SetLimits{Header: Header{Now: t0}, Limits: Limits{IdempotencyKeys: 2}})
+		for i := range 3 {
+			a := acquireCmd(t0+int64(i), Caller{Owner: fmt.Sprintf("o%d", i)}, fmt.Sprintf("lease-%d", i))
+			a.Machine, a.IdempotencyKey = fmt.Sprintf("m%d", i), "k"
+			h.mustApply(a)
+		}
+		h.f.mu.RLock()
+		n, _, oldest := len(h.f.st.idem), 0, h.f.st.idem["o0/k"]
+		h.f.mu.RUnlock()
+		if n != 2 || oldest.Key != "" {
+			t.Errorf("remembered keys = %d (o0/k %+v), want 2 with the oldest forgotten", n, oldest)
+		}
+	})
+	t.Run("no quota at format 1", func(t *testing.T) {
+		h := newHarness(t)
+		h.baseline()
+		for i := range 20 {
+			h.mustApply(acquireCmd(t0, mbpCaller, fmt.Sprintf("lease-%d", i)))
+		}
+	})
+}
+
+func TestFSM_Format2MachineIDs(t *testing.T) {
+	h := format2(t)
+	squat := registerCmd(t0, memberCaller, "machine:studio", "mbp")
+	if err, _ := h.apply(squat).(error); !errors.Is(err, ErrInvalidCommand) {
+		t.Errorf("Apply(machine:studio for mbp) = %v, want %v", err, ErrInvalidCommand)
+	}
+	inst := registerCmd(t0, memberCaller, "machine:mbp", "mbp")
+	inst.Kind = "instance"
+	if err, _ := h.apply(inst).(error); !errors.Is(err, ErrInvalidCommand) {
+		t.Errorf("Apply(instance with a machine id) = %v, want %v", err, ErrInvalidCommand)
+	}
+	h.mustApply(registerCmd(t0, memberCaller, "machine:mbp", "mbp"))
+	// Format 1 kept the old meaning.
+	old := newHarness(t)
+	old.baseline()
+	old.mustApply(squat)
+}
+
+// A command authorised by a machine token that was revoked, or re-issued,
+// before the command was applied is refused; the current token works.
+func TestFSM_Format2RevokedTokenBites(t *testing.T) {
+	h := format2(t)
+	h.mustApply(IssueToken{Header: Header{Now: t0}, Machine: "mbp", SHA256: tokenSumOne})
+	mbp := tokenCaller("d000000000000000", "mbp", tokenSumOne)
+	h.mustApply(registerCmd(t0, mbp, "machine:mbp", "mbp"))
+	l := mustResult[PortLease](h, acquireCmd(t0, mbp, "lease-mbp"))
+
+	// Revoked between authentication and apply.
+	h.mustApply(RevokeToken{Header: Header{Now: t0}, Machine: "mbp"})
+	for _, cmd := range []Command{
+		HeartbeatResource{Header: Header{Now: t0}, Caller: mbp, ID: "machine:mbp"},
+		RenewLease{Header: Header{Now: t0}, Caller: mbp, Port: l.Port, LeaseID: l.LeaseID},
+		ReleaseLease{Header: Header{Now: t0}, Caller: mbp, Port: l.Port, LeaseID: l.LeaseID},
+		DeleteResource{Header: Header{Now: t0}, Caller: mbp, ID: "machine:mbp"},
+		registerCmd(t0, mbp, "machine:mbp", "mbp"),
+		acquireCmd(t0, mbp, "lease-2"),
+	} {
+		before := capture(h.f)
+		if err, _ := h.apply(cmd).(error); !errors.Is(err, ErrTokenRevoked) {
+			t.Errorf("Apply(%T) with a revoked token = %v, want %v", cmd, err, ErrTokenRevoked)
+		}
+		assertUnchanged(t, h.f, before, t0)
+	}
+	// Re-issued: the old token stays refused, the new one works.
+	h.mustApply(IssueToken{Header: Header{Now: t0}, Machine: "mbp", SHA256: tokenSumTwo})
+	if err, _ := h.apply(HeartbeatResource{Header: Header{Now: t0}, Caller: mbp, ID: "machine:mbp"}).(error); !errors.Is(err, ErrTokenRevoked) {
+		t.Errorf("Apply(heartbeat) with the replaced token = %v, want %v", err, ErrTokenRevoked)
+	}
+	h.mustApply(HeartbeatResource{Header: Header{Now: t0}, Caller: tokenCaller("e000000000000000", "mbp", tokenSumTwo), ID: "machine:mbp"})
+	// Cluster tokens (no machine) are not concerned.
+	h.mustApply(HeartbeatResource{Header: Header{Now: t0}, Caller: memberCaller, ID: "machine:mbp"})
+}
+
+func TestFSM_CandidateDirectory(t *testing.T) {
+	h := format2(t)
+	d := Candidate{Machine: "node-d", URL: "https://10.0.0.4:31413", Raft: "10.0.0.4:31412"}
+	got := mustResult[Candidate](h, PutCandidate{Header: Header{Now: t0 + 5}, Candidate: d})
+	if got.AddedAt != t0+5 {
+		t.Errorf("PutCandidate AddedAt = %d, want %d", got.AddedAt, t0+5)
+	}
+	d.Voter = true
+	got = mustResult[Candidate](h, PutCandidate{Header: Header{Now: t0 + 9}, Candidate: d})
+	if !got.Voter || got.AddedAt != t0+5 {
+		t.Errorf("PutCandidate (promote) = %+v, want a voter added at %d", got, t0+5)
+	}
+	if cs := h.f.Candidates(); len(cs) != 1 || cs[0] != got {
+		t.Errorf("Candidates() = %+v, want [%+v]", cs, got)
+	}
+	for _, bad := range []Candidate{
+		{Machine: "Node-D", URL: "https://h:1", Raft: "h:2"},
+		{Machine: "node-e", URL: "https://H:1", Raft: "h:2"},
+		{Machine: "node-e", URL: "https://h:1/x", Raft: "h:2"},
+		{Machine: "node-e", URL: "https://h:1", Raft: "h"},
+		{Machine: "node-e", URL: "https://h:1", Raft: "h:0"},
+	} {
+		if err, _ := h.apply(PutCandidate{Header: Header{Now: t0}, Candidate: bad}).(error); !errors.Is(err, ErrInvalidCommand) {
+			t.Errorf("PutCandidate(%+v) = %v, want %v", bad, err, ErrInvalidCommand)
+		}
+	}
+	h.mustApply(RemoveCandidate{Header: Header{Now: t0}, Machine: "node-d"})
+	if err, _ := h.apply(RemoveCandidate{Header: Header{Now: t0}, Machine: "node-d"}).(error); !errors.Is(err, ErrNotFound) {
+		t.Errorf("RemoveCandidate(absent) = %v, want %v", err, ErrNotFound)
+	}
+	// Format 1 has no directory.
+	old := newHarness(t)
+	old.baseline()
+	if err, _ := old.apply(PutCandidate{Header: Header{Now: t0}, Candidate: d}).(error); !errors.Is(err, ErrInvalidCommand) {
+		t.Errorf("PutCandidate at format 1 = %v, want %v", err, ErrInvalidCommand)
+	}
+}
+
+// Every quota, the id rule and the token check apply identically from a
+// replayed log and after a snapshot restore: the same refusals, the same state.
+func TestFSM_Format2Replay(t *testing.T) {
+	h := format2(t)
+	h.mustApply(SetLimits{Header: Header{Now: t0}, Limits: Limits{ResourcesPerMachine: 3, Resources: 20, LeasesPerMachine: 2, IdempotencyKeys: 3}})
+	h.mustApply(IssueToken{Header: Header{Now: t0}, Machine: "mbp", SHA256: tokenSumOne})
+	var results []string
+	kinds := map[error]int{}
+	record := func(res any) {
+		if err, ok := res.(error); ok {
+			results = append(results, err.Error())
+			for _, k := range []error{ErrQuotaExceeded, ErrTokenRevoked, ErrInvalidCommand} {
+				if errors.Is(err, k) {
+					kinds[k]++
+				}
+			}
+		} else {
+			results = append(results, fmt.Sprintf("%T", res))
+		}
+	}
+	var log []Command
+	mbp := tokenCaller("d000000000000000", "mbp", tokenSumOne)
+	for i := range 30 {
+		now := t0 + int64(i)*100
+		m := fmt.Sprintf("m%d", i%4)
+		reg := registerCmd(now, memberCaller, fmt.Sprintf("instance:%s/%d", m, i), m)
+		reg.Kind = "instance"
+		acq := acquireCmd(now, Caller{Owner: "o-" + m}, fmt.Sprintf("lease-%d", i))
+		acq.Machine, acq.IdempotencyKey = m, fmt.Sprintf("k%d", i%5)
+		log = append(log, reg, acq, registerCmd(now, mbp, "machine:mbp", "mbp"), registerCmd(now, memberCaller, "machine:"+m, "x"+m))
+		if i == 15 {
+			log = append(log, RevokeToken{Header: Header{Now: now}, Machine: "mbp"})
+		}
+		if i%7 == 0 {
+			log = append(log, Sweep{Header: Header{Now: now + ttl}})
+		}
+	}
+	start := h.index
+	for _, c := range log {
+		record(h.apply(c))
+	}
+	if kinds[ErrQuotaExceeded] == 0 || kinds[ErrTokenRevoked] == 0 || kinds[ErrInvalidCommand] == 0 {
+		t.Fatalf("refusals by kind = %v: the log must hit a quota, a revoked token and the machine id rule", kinds)
+	}
+	// Replay the same entries on a fresh replica.
+	g := format2(t)
+	g.mustApply(SetLimits{Header: Header{Now: t0}, Limits: Limits{ResourcesPerMachine: 3, Resources: 20, LeasesPerMachine: 2, IdempotencyKeys: 3}})
+	g.mustApply(IssueToken{Header: Header{Now: t0}, Machine: "mbp", SHA256: tokenSumOne})
+	if g.index != start {
+		t.Fatalf("replica at index %d, want %d", g.index, start)
+	}
+	var again []string
+	for _, c := range log {
+		res := g.apply(c)
+		if err, ok := res.(error); ok {
+			again = append(again, err.Error())
+		} else {
+			again = append(again, fmt.Sprintf("%T", res))
+		}
+	}
+	for i := range results {
+		if results[i] != again[i] {
+			t.Errorf("entry %d: %q on one replica, %q on the other", i, results[i], again[i])
+		}
+	}
+	if h.f.Hash() != g.f.Hash() {
+		t.Errorf("Hash() = %s and %s after the same log", h.f.Hash(), g.f.Hash())
+	}
+	restored := New()
+	if err := restore(t, restored, persist(t, h.f)); err != nil {
+		t.Fatal(err)
+	}
+	if restored.Hash() != h.f.Hash() {
+		t.Errorf("Hash() after restore = %s, want %s", restored.Hash(), h.f.Hash())
+	}
+	checkIndexes(t, restored, "restored")
+	checkIndexes(t, h.f, "replayed")
+}
