@@ -1,0 +1,54 @@
+package fsm
+
+import (
+	"errors"
+	"testing"
+)
+
+// Precheck refuses exactly what Apply would refuse for the commands it
+// judges, and changes nothing.
+func TestFSM_Precheck(t *testing.T) {
+	h := format2(t)
+	h.mustApply(IssueToken{Header: Header{Now: t0}, Machine: "mbp", SHA256: tokenSumOne})
+	mbp := tokenCaller("d000000000000000", "mbp", tokenSumOne)
+	h.mustApply(registerCmd(t0, mbp, "machine:mbp", "mbp"))
+	l := mustResult[PortLease](h, acquireCmd(t0, mbp, "lease-mbp"))
+	revoked := tokenCaller("d000000000000000", "mbp", tokenSumTwo)
+	cmds := []Command{
+		HeartbeatResource{Header: Header{Now: t0}, Caller: mbp, ID: "machine:mbp"},
+		HeartbeatResource{Header: Header{Now: t0}, Caller: mbp, ID: "machine:nobody"},
+		HeartbeatResource{Header: Header{Now: t0}, Caller: revoked, ID: "machine:mbp"},
+		HeartbeatResource{Header: Header{Now: t0}, Caller: memberCaller, ID: ""},
+		HeartbeatResource{Header: Header{Now: t0 + 2*ttl}, Caller: mbp, ID: "machine:mbp"}, // expired by then
+		DeleteResource{Header: Header{Now: t0}, Caller: tokenCaller("e0", "studio", tokenSumThree), ID: "machine:mbp"},
+		RenewLease{Header: Header{Now: t0}, Caller: mbp, Port: l.Port, LeaseID: l.LeaseID},
+		RenewLease{Header: Header{Now: t0}, Caller: mbp, Port: l.Port, LeaseID: "other"},
+		RenewLease{Header: Header{Now: t0}, Caller: adminCaller, Port: l.Port, LeaseID: l.LeaseID},
+		RenewLease{Header: Header{Now: t0}, Caller: mbp, Port: bandHigh, LeaseID: l.LeaseID},
+		ReleaseLease{Header: Header{Now: t0}, Caller: adminCaller, Port: l.Port, LeaseID: l.LeaseID},
+		ReleaseLease{Header: Header{Now: t0}, Caller: otherCaller, Port: l.Port, LeaseID: l.LeaseID},
+		DeleteResource{Header: Header{Now: t0}, Caller: mbp, ID: "machine:mbp"},
+	}
+	for i, cmd := range cmds {
+		before := capture(h.f)
+		pre := h.f.Precheck(cmd, cmd.header().Now)
+		if after := capture(h.f); after != before {
+			t.Fatalf("Precheck(%d %T) changed the state", i, cmd)
+		}
+		// Apply the same command on a copy of the state.
+		g := New()
+		if err := restore(t, g, persist(t, h.f)); err != nil {
+			t.Fatal(err)
+		}
+		gh := &harness{t: t, f: g, index: h.index, term: h.term}
+		res := gh.apply(cmd)
+		applyErr, _ := res.(error)
+		if (pre == nil) != (applyErr == nil) || (pre != nil && !errors.Is(pre, errors.Unwrap(applyErr)) && pre.Error() != applyErr.Error()) {
+			t.Errorf("command %d %T: Precheck = %v, Apply = %v; want the same verdict", i, cmd, pre, applyErr)
+		}
+	}
+	// Commands it does not judge pass.
+	if err := h.f.Precheck(registerCmd(t0, memberCaller, "machine:new", "new"), t0); err != nil {
+		t.Errorf("Precheck(register) = %v, want nil", err)
+	}
+}
