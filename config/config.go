@@ -16,6 +16,7 @@ type Config struct {
 	Tokens  TokensConfig  `mapstructure:"tokens"`
 	Ports   PortsConfig   `mapstructure:"ports"`
 	Log     LogConfig     `mapstructure:"log"`
+	Limits  LimitsConfig  `mapstructure:"limits"`
 }
 
 // NodeConfig names this node and says where it keeps its state.
@@ -122,6 +123,11 @@ type LogConfig struct {
 	// Access turns on the HTTP access log: one Info line per request
 	// (log.access); off by default.
 	Access bool `mapstructure:"access"`
+	// AuditFile is where the audit log goes (log.audit_file): one JSON line
+	// per admin action and per authentication failure, appended to a file
+	// created with mode 0600. Empty means the main log, each line marked
+	// audit=true.
+	AuditFile string `mapstructure:"audit_file"`
 }
 
 // Default returns the built-in configuration: every key's default, with no
@@ -152,7 +158,8 @@ func Default() Config {
 			Test:     Band{Start: 31450, End: 31499},
 			Offline:  Band{Start: 31500, End: 31509},
 		},
-		Log: LogConfig{Level: "info", Format: "text"},
+		Log:    LogConfig{Level: "info", Format: "text"},
+		Limits: DefaultLimits(),
 	}
 }
 

@@ -204,6 +204,8 @@ func setDefaults(v *viper.Viper, d Config) {
 	v.SetDefault("log.level", d.Log.Level)
 	v.SetDefault("log.format", d.Log.Format)
 	v.SetDefault("log.access", d.Log.Access)
+
+	setLimitDefaults(v, d)
 }
 
 // knownKeys returns the set of every configuration key, as setDefaults registers them.
