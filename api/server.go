@@ -35,6 +35,12 @@ type Deps struct {
 	// Rand is the random source of lease ids and machine tokens; default
 	// crypto/rand.Reader. Only the leader draws from it.
 	Rand io.Reader
+	// Caps are this node's abuse limits (config limits.*); zero fields take
+	// DefaultCaps.
+	Caps Caps
+	// Audit receives the audit log (see Auditor); default Logger with
+	// audit=true on every line.
+	Audit *slog.Logger
 }
 
 // Server is the HTTP API of one candidate.
@@ -49,6 +55,8 @@ type Server struct {
 	metrics       *metrics
 	registry      *prometheus.Registry
 	httpServer    *http.Server
+	guard         *guard
+	audit         *Auditor
 }
 
 // New builds the server and its routes.
@@ -65,6 +73,7 @@ func New(d Deps) *Server {
 	if d.Rand == nil {
 		d.Rand = rand.Reader
 	}
+	d.Caps = d.Caps.withDefaults()
 	if d.Client == nil {
 		d.Client = &http.Client{
 			Transport: &http.Transport{
@@ -72,6 +81,7 @@ func New(d Deps) *Server {
 				DialContext:         (&net.Dialer{Timeout: 500 * time.Millisecond, KeepAlive: 30 * time.Second}).DialContext,
 				MaxIdleConns:        128,
 				MaxIdleConnsPerHost: 64,
+				MaxConnsPerHost:     d.Caps.ForwardConnections,
 				IdleConnTimeout:     90 * time.Second,
 			},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -87,6 +97,11 @@ func New(d Deps) *Server {
 		registry:      d.Registry,
 	}
 	s.metrics = newMetrics(d.Registry, d.Node)
+	s.guard = newGuard(d.Caps, d.Node, d.Registry)
+	s.audit = &Auditor{log: d.Audit, address: s.guard.clientAddress}
+	if s.audit.log == nil {
+		s.audit.log = d.Logger
+	}
 	if d.Node != nil {
 		d.Node.SetFormatProbe(s.probeFormat)
 	}
@@ -112,8 +127,11 @@ func New(d Deps) *Server {
 func (s *Server) Handler() http.Handler { return s.echo }
 
 // Serve serves the API on ln with the server timeouts of DESIGN §5 until
-// Shutdown. It returns nil after a clean shutdown.
+// Shutdown, capping its connections (Caps.Connections overall,
+// Caps.ConnectionsPerAddress per remote address). It returns nil after a
+// clean shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	ln = s.guard.listen(ln)
 	if err := s.httpServer.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

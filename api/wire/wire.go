@@ -167,6 +167,8 @@ type ClusterStatus struct {
 	Counts        Counts          `json:"counts"`
 	StateHash     string          `json:"stateHash"`
 	Raft          json.RawMessage `json:"raft,omitempty"`
+	// Limits are the cluster's quotas and this node's own limits.
+	Limits *LimitsStatus `json:"limits,omitempty"`
 }
 
 // ServerInfo is one member of the Raft configuration.
