@@ -41,6 +41,9 @@ func devConfigs(dataDir string, basePort int) []config.Config {
 		cfg.Cluster.Candidates = cands
 		cfg.Cluster.Bootstrap = true
 		cfg.Tokens.File = filepath.Join(dataDir, "control", "tokens.json")
+		// No write rate limits: every client of a dev cluster is on
+		// 127.0.0.1, and bench should measure the cluster, not the limiter.
+		cfg.Limits.WriteRate = 0
 		out = append(out, cfg)
 	}
 	return out
@@ -61,7 +64,10 @@ func newDevCmd() *cobra.Command {
 Data lives in a temporary directory removed on exit, unless --data-dir is
 given (then the cluster and its tokens survive restarts). The cluster tokens
 are printed once the cluster is ready, with the candidate list to give
-members. Stop it with Ctrl-C.`,
+members. Stop it with Ctrl-C.
+
+Every client of a dev cluster comes from 127.0.0.1, so it runs without the
+write rate limits (limits.write_rate 0); the other limits keep their defaults.`,
 		Example: `  go run ./cmd/elanous-node dev
   elanous-node dev --data-dir ./dev-data
   curl -s http://127.0.0.1:31413/v1/primary`,
