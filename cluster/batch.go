@@ -169,17 +169,26 @@ func (b *batcher) run(ctx context.Context) {
 
 // take picks the next batch from pending: up to maxBatch live proposals in
 // order, with at most one acquire (an acquire's fence is its entry's index,
-// which two grants must not share); the rest wait for the next batch.
+// which two grants must not share); the rest wait for the next batch. A
+// command that cannot be part of a batch (fsm.Batchable: a limits change)
+// goes alone, so it is neither refused nor makes the writes around it fail.
 func (b *batcher) take(pending []*proposal) (batch, rest []*proposal) {
-	acquire := false
+	acquire, alone := false, false
 	for i, p := range pending {
-		if len(batch) == b.maxBatch {
+		if len(batch) == b.maxBatch || alone {
 			rest = append(rest, pending[i:]...)
 			break
 		}
 		isAcquire := p.cmd.Type() == fsm.AcquireLeaseType
-		if isAcquire && acquire {
+		if isAcquire && acquire || !fsm.Batchable(p.cmd.Type()) && len(batch) > 0 {
 			rest = append(rest, p)
+			continue
+		}
+		if !fsm.Batchable(p.cmd.Type()) {
+			if !p.state.CompareAndSwap(proposalQueued, proposalTaken) {
+				continue // its caller gave up
+			}
+			batch, alone = append(batch, p), true
 			continue
 		}
 		if !p.state.CompareAndSwap(proposalQueued, proposalTaken) {

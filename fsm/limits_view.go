@@ -15,3 +15,8 @@ func (f *FSM) ConfiguredLimits() Limits {
 func (l Limits) LeasesPerMachineIn(start, end int) int {
 	return l.leasesPerMachine(start, end)
 }
+
+// Batchable reports whether a command of type t may be part of a Batch
+// (NewBatch refuses the others: claims, sweeps, format and directory
+// changes, limits). A proposer that groups commands sends the others alone.
+func Batchable(t CommandType) bool { return batchable(commandTable, t) == nil }
