@@ -19,7 +19,9 @@ type scenario struct {
 	// minDuration is the shortest workload that fits the whole fault
 	// schedule in its first three quarters; a shorter --duration is raised.
 	minDuration time.Duration
-	faults      func(ctx context.Context, e *env) error
+	// stableLeader makes any leadership change during the run a violation.
+	stableLeader bool
+	faults       func(ctx context.Context, e *env) error
 }
 
 func scenarios() []scenario {
@@ -35,6 +37,8 @@ func scenarios() []scenario {
 		{name: "disk-full", smallDisks: true, about: "fill a follower's data filesystem, restart it while full, free it", faults: diskFull},
 		{name: "clock-skew", about: "make a node +5 min then one -5 min ahead lead (chaos-build clock offset)", faults: clockSkew, minDuration: 24 * time.Second},
 		{name: "rolling-restart", about: "SIGTERM and restart every node in turn under load, the leader last", faults: rollingRestart},
+		{name: "abuse", about: "an abusive machine token and a token-less client flood the cluster beside well-behaved members",
+			faults: abuseFaults, minDuration: 16 * time.Second, stableLeader: true},
 		{name: "docker-partition", docker: true, about: "three containers from deploy/: docker network disconnect and docker pause the leader", faults: dockerFaults},
 	}
 }
