@@ -19,8 +19,8 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Caps are one node's own abuse limits (config limits.*; README "Abuse
-// limits"). A zero field takes its DefaultCaps value. They are not
+// Caps are one node's own abuse limits (config limits.*; ARCHITECTURE.md,
+// "Abuse limits"). A zero field takes its DefaultCaps value. They are not
 // replicated: the quotas every replica must agree on live in the state
 // machine (fsm.Limits).
 type Caps struct {

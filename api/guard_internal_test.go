@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"syscall"
 	"testing"
 	"time"
@@ -112,4 +113,16 @@ func TestGuard_ListenCapsPerAddress(t *testing.T) {
 		t.Errorf("accepted a connection from %s, want 127.0.0.2's", from(got))
 	}
 	_ = second.Close()
+}
+
+// The default forwarding client holds at most Caps.ForwardConnections
+// connections to the leader.
+func TestNew_ForwardConnections(t *testing.T) {
+	for _, tt := range []struct{ caps, want int }{{0, DefaultCaps().ForwardConnections}, {7, 7}} {
+		s := New(Deps{Caps: Caps{ForwardConnections: tt.caps}})
+		tr, ok := s.client.Transport.(*http.Transport)
+		if !ok || tr.MaxConnsPerHost != tt.want {
+			t.Errorf("New(ForwardConnections %d): forwarding transport %T with MaxConnsPerHost %d, want %d", tt.caps, s.client.Transport, tr.MaxConnsPerHost, tt.want)
+		}
+	}
 }

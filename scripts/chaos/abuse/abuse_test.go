@@ -16,9 +16,6 @@ import (
 // refusals they may get, and every limit bites. Each party dials from its
 // own loopback address, as the scenario's do from their own IPs.
 func TestRun_LoopbackCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a cluster under load for several seconds")
-	}
 	c := apitest.Start(t, apitest.Options{Timeout: 300 * time.Millisecond, API: func(_ int, d *api.Deps) { d.Caps = api.Caps{WriteRate: 20, WriteBurst: 40} }})
 	for _, n := range c.Nodes {
 		c.WaitFor(n.Machine+" at format 2", 10*time.Second, func() bool { return n.Node.FSM().Format() >= 2 })
