@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/scripts/chaos/abuse"
 	"github.com/elanous/elanous-node/scripts/chaos/check"
 	"github.com/elanous/elanous-node/scripts/chaos/netns"
@@ -74,7 +75,7 @@ func abuseFaults(ctx context.Context, e *env) error {
 	rep, err := abuse.Run(ctx, abuse.Config{
 		Targets: targets, AdminToken: e.c.Tokens.Admin,
 		MemberAddr: netns.HostIP, AbuserAddr: abuser, AnonymousAddr: anonymous,
-		ResourcesPerMachine: abuseQuota, AttrsBytes: abuseAttrs, Logf: e.logf,
+		Quota: &wire.Limits{ResourcesPerMachine: abuseQuota}, AttrsBytes: abuseAttrs, Logf: e.logf,
 	})
 	stopSampling()
 	wg.Wait()

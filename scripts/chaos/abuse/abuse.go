@@ -63,10 +63,10 @@ type Config struct {
 	// AttrsBytes is the size of the attrs of each abusive registration;
 	// default 15 KiB (the limit is 16 KiB).
 	AttrsBytes int
-	// ResourcesPerMachine, when set, is the quota the run sets first (PUT
-	// /v1/cluster/limits, admin) so the abuser reaches it within a short
-	// run; the other quotas keep their defaults.
-	ResourcesPerMachine int
+	// Quota, when set, is the quotas the run sets first (PUT
+	// /v1/cluster/limits, admin; a zero field is the default), so that the
+	// abuser reaches them within a short run.
+	Quota *wire.Limits
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -154,13 +154,21 @@ func (r *Report) Violations() []string {
 		out = append(out, fmt.Sprintf("the abuser got %d leases, past the quota of %d", r.GrantedLeases, r.Quota.LeasesPerMachine))
 	}
 	for _, must := range []struct{ kind, outcome string }{
-		{"abuser register", "429 quota-exceeded"}, {"abuser register", "429 rate-limited"},
-		{"abuser acquire", "429 quota-exceeded"}, {"abuser squat register", "403 forbidden"},
-		{"anonymous blocking query", "429 rate-limited"},
+		{"abuser register", "429 quota-exceeded"}, {"abuser acquire", "429 quota-exceeded"},
+		{"abuser squat register", "403 forbidden"}, {"anonymous blocking query", "429 rate-limited"},
 	} {
 		if r.Outcomes[must.kind][must.outcome] == 0 {
 			out = append(out, fmt.Sprintf("%s never got %s: the limit did not bite", must.kind, must.outcome))
 		}
+	}
+	limited := 0
+	for kind, outcomes := range r.Outcomes {
+		if strings.HasPrefix(kind, "abuser ") {
+			limited += outcomes["429 rate-limited"]
+		}
+	}
+	if limited == 0 {
+		out = append(out, "the abusive member never got 429 rate-limited: the write rate limit did not bite")
 	}
 	for node, n := range r.MaxBlocking {
 		// The anonymous client's cap, plus each member's one watch.
@@ -225,14 +233,13 @@ type victim struct {
 // members hold everything they held, and reports. An error means the run
 // could not be set up (tokens, the members' first records).
 func Run(ctx context.Context, cfg Config) (*Report, error) {
-	cfg.defaults()
-	r := &run{cfg: cfg, granted: map[string]bool{}}
-	r.report = Report{Outcomes: map[string]map[string]int{}, MaxBlocking: map[string]int{}, Series: map[string]int{}}
+	r := newRun(cfg)
+	cfg = r.cfg
 	admin := newClient(cfg.MemberAddr, 5*time.Second, 0)
 
-	if n := cfg.ResourcesPerMachine; n > 0 {
-		if _, err := r.retry(ctx, admin, http.MethodPut, "/v1/cluster/limits", cfg.AdminToken, wire.Limits{ResourcesPerMachine: n}, http.StatusOK); err != nil {
-			return nil, fmt.Errorf("set the quota: %w", err)
+	if cfg.Quota != nil {
+		if _, err := r.retry(ctx, admin, http.MethodPut, "/v1/cluster/limits", cfg.AdminToken, *cfg.Quota, http.StatusOK); err != nil {
+			return nil, fmt.Errorf("set the quotas: %w", err)
 		}
 	}
 	limits, err := r.readLimits(ctx, admin)
@@ -289,6 +296,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer r.mu.Unlock()
 	r.report.GrantedResources = len(r.granted)
 	return &r.report, nil
+}
+
+func newRun(cfg Config) *run {
+	cfg.defaults()
+	return &run{cfg: cfg, granted: map[string]bool{},
+		report: Report{Outcomes: map[string]map[string]int{}, MaxBlocking: map[string]int{}, Series: map[string]int{}}}
 }
 
 // newClient is an HTTP client dialing from local (when set). maxConns > 0
@@ -581,6 +594,11 @@ func escape(id string) string {
 	return strings.NewReplacer(":", "%3A", "/", "%2F").Replace(id)
 }
 
+// abuseWorkers is the abusive member's concurrency: enough that, at the
+// latency of a loaded two-core machine (about 100 ms a request), it still
+// sends faster than three nodes' write rate limits let through.
+const abuseWorkers = 48
+
 // abuseWrites is the abusive member: a pool of workers sending, within
 // AbuseRate, registrations of new resources (15 KiB of attrs each),
 // acquires for itself and for others, heartbeats of random ids, and every
@@ -591,7 +609,7 @@ func (r *run) abuseWrites(ctx context.Context, token string) {
 	attrs := map[string]json.RawMessage{"blob": json.RawMessage(strconv.Quote(strings.Repeat("x", r.cfg.AttrsBytes-16)))}
 	var seq atomic.Int64
 	var wg sync.WaitGroup
-	for w := range 16 {
+	for w := range abuseWorkers {
 		wg.Go(func() {
 			rng := mrand.New(mrand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
 			for lim.Wait(ctx) == nil {
@@ -603,6 +621,35 @@ func (r *run) abuseWrites(ctx context.Context, token string) {
 }
 
 func (r *run) abuseOnce(ctx context.Context, c *http.Client, token string, rng *mrand.Rand, attrs map[string]json.RawMessage, seq *atomic.Int64) {
+	kind := abuseKinds[len(abuseKinds)-1].kind
+	p := rng.IntN(100)
+	for _, k := range abuseKinds {
+		if p < k.below {
+			kind = k.kind
+			break
+		}
+	}
+	a := r.abuse(ctx, c, token, kind, rng, attrs, seq)
+	if ctx.Err() != nil {
+		return
+	}
+	r.count(kind, a)
+}
+
+// abuseKinds are the abusive member's requests and their shares of its
+// flood: a kind is drawn when a number below 100 is below its bound.
+var abuseKinds = []struct {
+	kind  string
+	below int
+}{
+	{"abuser register", 30}, {"abuser acquire", 42}, {"abuser acquire other", 47}, {"abuser random heartbeat", 80},
+	{"abuser squat register", 84}, {"abuser squat id", 88}, {"abuser squat heartbeat", 92}, {"abuser squat delete", 96},
+	{"abuser squat release", 100},
+}
+
+// abuse sends one abusive request of kind to a random node, against a
+// random member (victim) for the squats.
+func (r *run) abuse(ctx context.Context, c *http.Client, token, kind string, rng *mrand.Rand, attrs map[string]json.RawMessage, seq *atomic.Int64) answer {
 	url := r.target()
 	r.mu.Lock()
 	v := victim{machine: "good-0", resource: "machine:good-0"}
@@ -611,11 +658,9 @@ func (r *run) abuseOnce(ctx context.Context, c *http.Client, token string, rng *
 	}
 	r.mu.Unlock()
 	ttl := int64(24 * time.Hour / time.Millisecond)
-	var kind string
 	var a answer
-	switch p := rng.IntN(100); {
-	case p < 30:
-		kind = "abuser register"
+	switch kind {
+	case "abuser register":
 		id := fmt.Sprintf("instance:abuser/%d", seq.Add(1))
 		a = do(ctx, c, http.MethodPost, url+"/v1/resources/register", token, nil,
 			wire.RegisterRequest{ID: id, Kind: "instance", Name: "abuser", Machine: "abuser", TTLMs: ttl, Attrs: attrs})
@@ -624,43 +669,34 @@ func (r *run) abuseOnce(ctx context.Context, c *http.Client, token string, rng *
 			r.granted[id] = true
 			r.mu.Unlock()
 		}
-	case p < 42:
-		kind = "abuser acquire"
+	case "abuser acquire":
 		a = do(ctx, c, http.MethodPost, url+"/v1/leases/port", token, nil, wire.AcquireRequest{Machine: "abuser", Purpose: "squat", TTLMs: ttl})
 		if a.err == nil && a.status == http.StatusCreated {
 			r.mu.Lock()
 			r.report.GrantedLeases++
 			r.mu.Unlock()
 		}
-	case p < 47:
-		kind = "abuser acquire other"
+	case "abuser acquire other":
 		a = do(ctx, c, http.MethodPost, url+"/v1/leases/port", token, nil, wire.AcquireRequest{Machine: v.machine, Purpose: "squat", TTLMs: ttl})
-	case p < 80:
-		kind = "abuser random heartbeat"
+	case "abuser random heartbeat":
 		a = do(ctx, c, http.MethodPost, url+"/v1/resources/"+escape(fmt.Sprintf("instance:abuser/x%d", rng.Int64()))+"/heartbeat", token, nil, nil)
-	case p < 84:
-		kind = "abuser squat register"
+	case "abuser squat register":
 		a = do(ctx, c, http.MethodPost, url+"/v1/resources/register", token, nil,
 			wire.RegisterRequest{ID: v.resource, Kind: "machine", Name: v.machine, Machine: v.machine, TTLMs: ttl})
-	case p < 88:
-		kind = "abuser squat id"
+	case "abuser squat id":
 		a = do(ctx, c, http.MethodPost, url+"/v1/resources/register", token, nil,
 			wire.RegisterRequest{ID: v.resource, Kind: "machine", Name: "abuser", Machine: "abuser", TTLMs: ttl})
-	case p < 92:
-		kind = "abuser squat heartbeat"
+	case "abuser squat heartbeat":
 		a = do(ctx, c, http.MethodPost, url+"/v1/resources/"+escape(v.resource)+"/heartbeat", token, nil, nil)
-	case p < 96:
-		kind = "abuser squat delete"
+	case "abuser squat delete":
 		a = do(ctx, c, http.MethodDelete, url+"/v1/resources/"+escape(v.resource), token, nil, nil)
-	default:
-		kind = "abuser squat release"
+	case "abuser squat release":
 		a = do(ctx, c, http.MethodDelete, fmt.Sprintf("%s/v1/leases/port/%d", url, v.port), token,
 			map[string]string{wire.HeaderPortLeaseID: randomHex(16)}, nil)
+	default:
+		a = answer{err: fmt.Errorf("unknown kind %q", kind)}
 	}
-	if ctx.Err() != nil {
-		return
-	}
-	r.count(kind, a)
+	return a
 }
 
 // blockingWave is the token-less client's 10,000 blocking queries: all
@@ -704,26 +740,35 @@ func (r *run) blockingWave(ctx context.Context) {
 func (r *run) anonymousFlood(ctx context.Context) {
 	c := newClient(r.cfg.AnonymousAddr, 3*time.Second, 0)
 	lim := rate.NewLimiter(rate.Limit(r.cfg.AnonymousRate), 20)
-	paths := []string{"/v1/primary", "/v1/resources", "/v1/leases/port", "/v1/cluster/status", "/metrics", "/nope", "/v1/x/y"}
 	for i := 0; lim.Wait(ctx) == nil; i++ {
-		url := r.target()
-		if i%2 == 0 {
-			a := do(ctx, c, http.MethodPost, url+"/v1/resources/machine%3Agood-0/heartbeat", randomHex(32), nil, nil)
-			if ctx.Err() == nil {
-				r.count("anonymous random token", a)
-			}
-			continue
+		kind := "anonymous random token"
+		if i%2 == 1 {
+			kind = "anonymous random method"
 		}
-		method := "X" + strings.ToUpper(randomHex(4))
-		path := paths[mrand.IntN(len(paths))]
-		if mrand.IntN(2) == 0 {
-			path += "/" + randomHex(6)
-		}
-		a := do(ctx, c, method, url+path, "", nil, nil)
+		a := r.anonymous(ctx, c, kind)
 		if ctx.Err() == nil {
-			r.count("anonymous random method", a)
+			r.count(kind, a)
 		}
 	}
+}
+
+// anonymousPaths are where random methods go (with a random suffix half
+// the time).
+var anonymousPaths = []string{"/v1/primary", "/v1/resources", "/v1/leases/port", "/v1/cluster/status", "/metrics", "/nope", "/v1/x/y"}
+
+// anonymous sends one of the token-less client's requests to a random node:
+// a heartbeat with a random token, or a random method on a random path.
+func (r *run) anonymous(ctx context.Context, c *http.Client, kind string) answer {
+	url := r.target()
+	if kind == "anonymous random token" {
+		return do(ctx, c, http.MethodPost, url+"/v1/resources/machine%3Agood-0/heartbeat", randomHex(32), nil, nil)
+	}
+	method := "X" + strings.ToUpper(randomHex(4))
+	path := anonymousPaths[mrand.IntN(len(anonymousPaths))]
+	if mrand.IntN(2) == 0 {
+		path += "/" + randomHex(6)
+	}
+	return do(ctx, c, method, url+path, "", nil, nil)
 }
 
 // sampleBlocking scrapes every node's elanous_blocking_queries until ctx ends.
