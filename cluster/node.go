@@ -14,6 +14,7 @@ import (
 	"github.com/elanous/elanous-node/fsm"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
 )
 
 // Candidate is one machine that may lead: its name (the Raft server ID), its
@@ -62,6 +63,14 @@ type Config struct {
 	MaxBatch int
 	// MaxInflight is how many entries the batcher keeps in flight; default 2.
 	MaxInflight int
+	// BatchApply is hashicorp/raft's BatchApplyCh: the leader takes up to
+	// MaxAppendEntries queued entries per disk write.
+	BatchApply bool
+	// LogCache keeps that many recent entries in memory in front of the log
+	// store (0: none).
+	LogCache int
+	// NoFreelistSync skips boltdb's freelist write on each commit.
+	NoFreelistSync bool
 	// FormatProbe is how the leader learns the other servers' format levels;
 	// see SetFormatProbe.
 	FormatProbe FormatProbe
@@ -201,6 +210,7 @@ func New(cfg Config) (*Node, error) {
 	rc.SnapshotInterval = cfg.SnapshotInterval
 	rc.TrailingLogs = cfg.TrailingLogs
 	rc.MaxAppendEntries = cfg.MaxAppendEntries
+	rc.BatchApplyCh = cfg.BatchApply
 	rc.NotifyCh = n.notifyCh
 	rc.Logger = raftLogger(cfg)
 	if err := raft.ValidateConfig(rc); err != nil {
@@ -245,7 +255,8 @@ func openStores(cfg Config) (*Stores, io.Closer, error) {
 		return nil, nil, fmt.Errorf("create raft dir: %w", err)
 	}
 	bolt, err := raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(dir, "raft.db"),
+		Path:        filepath.Join(dir, "raft.db"),
+		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: cfg.NoFreelistSync, FreelistType: bbolt.FreelistMapType},
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("open raft log store %s: %w", filepath.Join(dir, "raft.db"), err)
@@ -255,7 +266,14 @@ func openStores(cfg Config) (*Stores, io.Closer, error) {
 		_ = bolt.Close()
 		return nil, nil, fmt.Errorf("open snapshot store: %w", err)
 	}
-	return &Stores{Logs: bolt, Stable: bolt, Snapshots: snaps}, bolt, nil
+	var logs raft.LogStore = bolt
+	if cfg.LogCache > 0 {
+		if logs, err = raft.NewLogCache(cfg.LogCache, bolt); err != nil {
+			_ = bolt.Close()
+			return nil, nil, fmt.Errorf("log cache: %w", err)
+		}
+	}
+	return &Stores{Logs: logs, Stable: bolt, Snapshots: snaps}, bolt, nil
 }
 
 func openTransport(cfg Config) (raft.Transport, error) {

@@ -57,6 +57,18 @@ type RaftConfig struct {
 	// Grace is added to every live TTL when a new leader rebases them
 	// (raft.grace); 0 means twice the election timeout (see GraceOrDefault).
 	Grace time.Duration `mapstructure:"grace"`
+	// BatchApply lets the leader take up to max_append_entries queued
+	// entries per disk write (raft.batch_apply; hashicorp/raft's BatchApplyCh).
+	BatchApply bool `mapstructure:"batch_apply"`
+	// LogCache is how many recent log entries are kept in memory so
+	// replication does not read them back from disk (raft.log_cache; 0: none).
+	LogCache int `mapstructure:"log_cache"`
+	// NoFreelistSync skips writing boltdb's freelist on every commit; it is
+	// rebuilt by a scan when the store opens (raft.no_freelist_sync).
+	NoFreelistSync bool `mapstructure:"no_freelist_sync"`
+	// MaxBatch is the most commands one group-commit entry carries
+	// (raft.max_batch; 1 turns group commit off).
+	MaxBatch int `mapstructure:"max_batch"`
 }
 
 // GraceOrDefault returns the failover grace added to live TTLs by a new
@@ -145,6 +157,10 @@ func Default() Config {
 			SnapshotInterval:   120 * time.Second,
 			TrailingLogs:       10240,
 			MaxAppendEntries:   64,
+			BatchApply:         true,
+			LogCache:           1024,
+			NoFreelistSync:     true,
+			MaxBatch:           64,
 		},
 		Cluster: ClusterConfig{Bootstrap: true},
 		Ports: PortsConfig{

@@ -147,6 +147,12 @@ func (c Config) validateRaft(p *problems) {
 	if r.MaxAppendEntries < 1 || r.MaxAppendEntries > maxAppendEntries {
 		p.add("raft.max_append_entries", "must be 1-%d (got %d)", maxAppendEntries, r.MaxAppendEntries)
 	}
+	if r.LogCache < 0 {
+		p.add("raft.log_cache", "must not be negative (got %d); 0 keeps no cache", r.LogCache)
+	}
+	if r.MaxBatch < 1 || r.MaxBatch > 1024 {
+		p.add("raft.max_batch", "must be 1-1024 (got %d); 1 turns group commit off", r.MaxBatch)
+	}
 	if r.Grace < 0 {
 		p.add("raft.grace", "must not be negative (got %s); 0 means twice raft.election_timeout", r.Grace)
 	}

@@ -57,8 +57,10 @@ func startCandidate(cfg config.Config, tokens wire.TokensFile, logger *slog.Logg
 		LeaderLeaseTimeout: cfg.Raft.LeaderLeaseTimeout, CommitTimeout: cfg.Raft.CommitTimeout,
 		SnapshotThreshold: cfg.Raft.SnapshotThreshold, SnapshotInterval: cfg.Raft.SnapshotInterval,
 		TrailingLogs: cfg.Raft.TrailingLogs, MaxAppendEntries: cfg.Raft.MaxAppendEntries,
-		Grace:  cfg.Raft.GraceOrDefault(),
-		Logger: logger,
+		BatchApply: cfg.Raft.BatchApply, LogCache: cfg.Raft.LogCache, NoFreelistSync: cfg.Raft.NoFreelistSync,
+		MaxBatch: cfg.Raft.MaxBatch,
+		Grace:    cfg.Raft.GraceOrDefault(),
+		Logger:   logger,
 	})
 	if err != nil {
 		_ = ln.Close()
