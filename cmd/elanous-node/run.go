@@ -52,7 +52,7 @@ func startCandidate(cfg config.Config, tokens wire.TokensFile, logger *slog.Logg
 	}
 	node, err := cluster.New(cluster.Config{
 		ID: cfg.Node.ID, Candidates: cands, Bootstrap: cfg.Cluster.Bootstrap,
-		DataDir: cfg.Node.DataDir, BindAddr: cfg.Raft.Addr, Advertise: cfg.Raft.Advertise,
+		DataDir: cfg.Node.DataDir, BindAddr: cfg.Raft.BindAddr(), Advertise: cfg.Raft.Advertise,
 		HeartbeatTimeout: cfg.Raft.HeartbeatTimeout, ElectionTimeout: cfg.Raft.ElectionTimeout,
 		LeaderLeaseTimeout: cfg.Raft.LeaderLeaseTimeout, CommitTimeout: cfg.Raft.CommitTimeout,
 		SnapshotThreshold: cfg.Raft.SnapshotThreshold, SnapshotInterval: cfg.Raft.SnapshotInterval,
@@ -79,7 +79,7 @@ func startCandidate(cfg config.Config, tokens wire.TokensFile, logger *slog.Logg
 	log := logger.With("node", cfg.Node.ID, "component", "main")
 	c := &candidate{cfg: cfg, node: node, api: srv, errc: make(chan error, 1), log: log}
 	go func() { c.errc <- srv.Serve(ln) }()
-	log.Info("candidate started", "version", version, "http", cfg.HTTP.Addr, "raft", cfg.Raft.Addr, "data_dir", cfg.Node.DataDir)
+	log.Info("candidate started", "version", version, "http", cfg.HTTP.Addr, "raft", cfg.Raft.BindAddr(), "data_dir", cfg.Node.DataDir)
 	return c, nil
 }
 

@@ -127,6 +127,7 @@ cluster:
   candidates:
 %s
 tokens:  { file: %s }
+tls:     { allow_plaintext: true }
 `, name, n.DataDir, ip, HTTPPort, ip, HTTPPort, ip, RaftPort, ip, RaftPort, et, et, et/2, strings.Join(cands, "\n"), tokFile)
 		if err := os.WriteFile(n.config, []byte(yaml), 0o600); err != nil {
 			return nil, err
