@@ -31,8 +31,16 @@ type candidate struct {
 // name) and component: "cluster" (the Raft node), "raft" (hashicorp/raft's
 // own lines), "api" (the HTTP API and its access log) or "main".
 func newLogger(cfg config.Config, out io.Writer) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.Log.Level))
+	return newLoggerWithLevel(cfg, out, new(slog.LevelVar))
+}
+
+// newLoggerWithLevel is newLogger with its minimum level held in level (set
+// here from log.level), so a reload can change it; raft's lines follow it too,
+// as they go through the same handler.
+func newLoggerWithLevel(cfg config.Config, out io.Writer, level *slog.LevelVar) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(cfg.Log.Level))
+	level.Set(l)
 	opts := &slog.HandlerOptions{Level: level}
 	if cfg.Log.Format == "json" {
 		return slog.New(slog.NewJSONHandler(out, opts))
