@@ -208,11 +208,16 @@ func runBench(ctx context.Context, progress io.Writer, spec benchSpec) (benchRes
 // A step runs to completion on its own deadline, never cut by the end of the
 // run: a write cancelled in flight could be applied with its answer lost,
 // leaving a lease behind.
+//
+// Each client leases and registers for a machine of its own, bench-<w>: the
+// cluster limits the live leases of one machine (a quarter of the band), and
+// a run's clients must not share that limit.
 func benchStep(c *member.Client, op string, w int) (step func() error, cleanup func(), err error) {
 	bg := context.Background()
 	ctx := bg
+	machine := fmt.Sprintf("bench-%d", w)
 	acquire := func() (wire.PortLease, error) {
-		return c.AcquirePortLease(ctx, wire.AcquireRequest{Machine: "bench", Purpose: fmt.Sprintf("bench-%d", w), TTLMs: 60_000}, "")
+		return c.AcquirePortLease(ctx, wire.AcquireRequest{Machine: machine, Purpose: "bench", TTLMs: 60_000}, "")
 	}
 	switch op {
 	case "renew":
@@ -235,8 +240,8 @@ func benchStep(c *member.Client, op string, w int) (step func() error, cleanup f
 			return c.ReleasePortLease(bg, l.Port, l.LeaseID)
 		}, func() {}, nil
 	case "register":
-		id := fmt.Sprintf("instance:bench/%d", w)
-		reg := wire.RegisterRequest{ID: id, Kind: "instance", Name: id, Machine: "bench", Endpoint: "http://bench", TTLMs: 60_000}
+		id := "instance:" + machine + "/bench"
+		reg := wire.RegisterRequest{ID: id, Kind: "instance", Name: id, Machine: machine, Endpoint: "http://bench", TTLMs: 60_000}
 		if _, err := c.Register(ctx, reg); err != nil {
 			return nil, nil, fmt.Errorf("register a resource: %w", err)
 		}
