@@ -24,4 +24,10 @@
 //
 // Handlers return api/wire types, converted from fsm records in convert.go:
 // the JSON of an fsm record is the snapshot format, not the HTTP format.
+//
+// With Deps.TLS the API is HTTPS (TLS 1.3) with the node's certificate, read
+// at each handshake so a reload reaches new connections, and the forwarding
+// client verifies the leader against the cluster CA (presenting the node's
+// certificate, which an API with verify_incoming_api requires). SetTokens
+// swaps the cluster tokens atomically when tokens.json is reloaded.
 package api

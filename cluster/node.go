@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/elanous/elanous-node/cluster/certs"
 	"github.com/elanous/elanous-node/fsm"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
@@ -41,6 +42,11 @@ type Config struct {
 	Advertise string
 	// Transport overrides the TCP transport (tests use raft.InmemTransport).
 	Transport raft.Transport
+	// TLS, when set, makes the transport mutual TLS with these certificates:
+	// a peer must present a certificate of the CA naming a candidate, and a
+	// dial to a candidate must reach a certificate naming that candidate.
+	// Ignored when Transport is set.
+	TLS *certs.Store
 
 	HeartbeatTimeout   time.Duration // default 500ms
 	ElectionTimeout    time.Duration // default 500ms
@@ -188,7 +194,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	trans := cfg.Transport
 	if trans == nil {
-		t, err := openTransport(cfg)
+		t, err := openTransport(cfg, n.Candidates, n.log)
 		if err != nil {
 			n.closeStores()
 			return nil, err
@@ -276,17 +282,34 @@ func openStores(cfg Config) (*Stores, io.Closer, error) {
 	return &Stores{Logs: logs, Stable: bolt, Snapshots: snaps}, bolt, nil
 }
 
-func openTransport(cfg Config) (raft.Transport, error) {
+// openTransport opens the TCP transport, or the mutual TLS one when cfg.TLS
+// is set; peers returns the current candidates (the TLS transport asks at
+// every connection, so a change to the set applies to the next one).
+func openTransport(cfg Config, peers func() []Candidate, log *slog.Logger) (raft.Transport, error) {
+	if cfg.TLS != nil {
+		t, err := newTLSTransport(tlsTransportConfig{
+			BindAddr: cfg.BindAddr, Advertise: cfg.Advertise, Certs: cfg.TLS, Peers: peers,
+			Timeout: transportTimeout, Logger: log, HCLog: raftLogger(cfg),
+		})
+		if err != nil {
+			return nil, err
+		}
+		return t, nil
+	}
 	adv, err := net.ResolveTCPAddr("tcp", cfg.Advertise)
 	if err != nil {
 		return nil, fmt.Errorf("raft advertise address %q: %w", cfg.Advertise, err)
 	}
-	t, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, adv, 3, 5*time.Second, raftLogger(cfg))
+	t, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, adv, 3, transportTimeout, raftLogger(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("raft transport on %s: %w", cfg.BindAddr, err)
 	}
 	return t, nil
 }
+
+// transportTimeout is the Raft transport's I/O deadline per RPC (scaled up
+// for snapshots by raft).
+const transportTimeout = 5 * time.Second
 
 func (n *Node) closeStores() {
 	for _, c := range n.closer {

@@ -16,10 +16,12 @@ func threeCandidates() []Candidate {
 	}
 }
 
-// validConfig is Default() with a candidate list: it passes Validate.
+// validConfig is Default() with a candidate list, listening on loopback
+// (plaintext beyond it is refused): it passes Validate.
 func validConfig() Config {
 	c := Default()
 	c.Cluster.Candidates = threeCandidates()
+	c.HTTP.Addr = "127.0.0.1:31413"
 	return c
 }
 
@@ -34,7 +36,8 @@ func TestDefault_Values(t *testing.T) {
 		{"http.addr", d.HTTP.Addr, "0.0.0.0:31413"},
 		{"http.advertise", d.HTTP.Advertise, "http://127.0.0.1:31413"},
 		{"http.metrics_auth", d.HTTP.MetricsAuth, false},
-		{"raft.addr", d.Raft.Addr, "0.0.0.0:31412"},
+		{"raft.addr", d.Raft.Addr, ""},
+		{"raft.addr (bind)", d.Raft.BindAddr(), "127.0.0.1:31412"},
 		{"raft.advertise", d.Raft.Advertise, "127.0.0.1:31412"},
 		{"raft.heartbeat_timeout", d.Raft.HeartbeatTimeout, 500 * time.Millisecond},
 		{"raft.election_timeout", d.Raft.ElectionTimeout, 500 * time.Millisecond},
@@ -54,6 +57,7 @@ func TestDefault_Values(t *testing.T) {
 		{"log.level", d.Log.Level, "info"},
 		{"log.format", d.Log.Format, "text"},
 		{"log.access", d.Log.Access, false},
+		{"tls", d.TLS, TLSConfig{}},
 	}
 	for _, c := range checks {
 		if c.got != c.want {

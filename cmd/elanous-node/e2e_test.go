@@ -466,6 +466,14 @@ func TestE2E_ConfigErrors(t *testing.T) {
 			want: []string{"raft.leader_lease_timeout", "raft.heartbeat_timeout"},
 		},
 		{
+			name: "plaintext on every interface",
+			edit: func(doc map[string]any) {
+				doc["http"].(map[string]any)["addr"] = "0.0.0.0:" + strings.Split(nd.url, ":")[2]
+				doc["raft"].(map[string]any)["addr"] = "0.0.0.0:" + strings.Split(nd.raft, ":")[1]
+			},
+			want: []string{"http.addr", "raft.addr", `"0.0.0.0:`, "TLS is off", "tls.ca_file", "tls.allow_plaintext: true"},
+		},
+		{
 			name: "unknown key",
 			edit: func(doc map[string]any) { doc["raft"].(map[string]any)["electon_timeout"] = "1s" },
 			want: []string{"raft.electon_timeout", "unknown"},
