@@ -191,6 +191,9 @@ func BenchmarkHTTP_ResourceHeartbeat(b *testing.B) {
 		calls <- testutil.JSONCall(http.MethodPost, node.URL+"/v1/resources/"+member.EscapeID(id)+"/heartbeat", token, struct{}{})
 	}
 	var ops atomic.Int64
+	leader := c.Nodes[c.Leader()].Node
+	batches0, commands0 := leader.BatchStats()
+	index0, announced0 := leader.Raft().LastIndex(), leader.Announcements()
 	b.SetParallelism((clients + 1) / 2) // GOMAXPROCS is 2 here
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -205,4 +208,10 @@ func BenchmarkHTTP_ResourceHeartbeat(b *testing.B) {
 		}
 	})
 	reportOpsPerSec(b, int(ops.Load()))
+	batches, commands := leader.BatchStats()
+	if n := batches - batches0; n > 0 {
+		b.ReportMetric(float64(commands-commands0)/float64(n), "commands/batch")
+	}
+	b.ReportMetric(float64(leader.Raft().LastIndex()-index0)/b.Elapsed().Seconds(), "entries/s")
+	b.ReportMetric(float64(leader.Announcements()-announced0)/b.Elapsed().Seconds(), "announcements/s")
 }

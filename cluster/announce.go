@@ -16,6 +16,14 @@ type announcer struct {
 	running bool   // a goroutine is serving calls; guarded by mu
 	pending bool   // a call came that it has not served; guarded by mu
 	last    uint64 // the highest last log index seen by a call; guarded by mu
+	sent    uint64 // barriers appended; guarded by mu
+}
+
+// Announcements returns how many barriers AnnounceCommit appended.
+func (n *Node) Announcements() uint64 {
+	n.announce.mu.Lock()
+	defer n.announce.mu.Unlock()
+	return n.announce.sent
 }
 
 // AnnounceCommit makes the followers learn the leader's commit index now
@@ -59,6 +67,9 @@ func (n *Node) AnnounceCommit() {
 				// The barrier is appended after every write committed
 				// before the calls, so its replication carries their commit.
 				_ = n.raft.Barrier(n.cfg.HeartbeatTimeout).Error()
+				a.mu.Lock()
+				a.sent++
+				a.mu.Unlock()
 			}
 			a.mu.Lock()
 			if !a.pending {
