@@ -53,8 +53,8 @@ type Config struct {
 	LeaderLeaseTimeout time.Duration // default 250ms
 	CommitTimeout      time.Duration // default 50ms
 	SnapshotThreshold  uint64        // default 8192
-	SnapshotInterval   time.Duration // default 120s
-	TrailingLogs       uint64        // default 10240
+	SnapshotInterval   time.Duration // default 5s
+	TrailingLogs       uint64        // default 2048
 	MaxAppendEntries   int           // default 64
 	// Grace is added to every remaining TTL when a new leader claims; default
 	// twice the election timeout.
@@ -108,7 +108,7 @@ func (c *Config) setDefaults() {
 	def(&c.ElectionTimeout, 500*time.Millisecond)
 	def(&c.LeaderLeaseTimeout, 250*time.Millisecond)
 	def(&c.CommitTimeout, 50*time.Millisecond)
-	def(&c.SnapshotInterval, 120*time.Second)
+	def(&c.SnapshotInterval, 5*time.Second)
 	def(&c.Grace, 2*c.ElectionTimeout)
 	def(&c.SweepInterval, 5*time.Second)
 	def(&c.ClaimTimeout, 10*time.Second)
@@ -117,7 +117,7 @@ func (c *Config) setDefaults() {
 		c.SnapshotThreshold = 8192
 	}
 	if c.TrailingLogs == 0 {
-		c.TrailingLogs = 10240
+		c.TrailingLogs = 2048
 	}
 	if c.MaxAppendEntries == 0 {
 		c.MaxAppendEntries = 64
