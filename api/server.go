@@ -141,7 +141,7 @@ func (s *Server) SetTokens(t wire.TokensFile) {
 // Handler returns the API as an http.Handler (tests use it with httptest).
 func (s *Server) Handler() http.Handler { return s.echo }
 
-// Serve serves the API on ln with the server timeouts of DESIGN §5 until
+// Serve serves the API on ln with the server timeouts of the HTTP contract (ReadHeader 5 s, Read 10 s, Write 30 s, Idle 120 s) until
 // Shutdown — over TLS when Deps.TLS was set. It returns nil after a clean
 // shutdown.
 func (s *Server) Serve(ln net.Listener) error {

@@ -170,7 +170,7 @@ func (s *suite) runScenario(ctx context.Context, sc scenario, round int) row {
 		}
 	}
 	if slow > 0 {
-		s.logf("[%s] note: %d lease heartbeats/releases got no answer within the client's 1 s (DESIGN §5: answer or fail fast with 503)", name, slow)
+		s.logf("[%s] note: %d lease heartbeats/releases got no answer within the client's 1 s (the contract: answer within 1 s or fail fast with 503)", name, slow)
 	}
 	verdict := "pass"
 	if !passed(r) {
