@@ -51,7 +51,7 @@ func scenarios() []scenario {
 		{name: "disk-full", smallDisks: true, about: "fill a follower's data filesystem, restart it while full, free it", faults: diskFull},
 		{name: "clock-skew", about: "make a node +5 min then one -5 min ahead lead (chaos-build clock offset)", faults: clockSkew, minDuration: 24 * time.Second},
 		{name: "rolling-restart", about: "SIGTERM and restart every node in turn under load, the leader last", faults: rollingRestart},
-		{name: "docker-partition", docker: true, about: "three containers from deploy/: docker network disconnect and docker pause the leader", faults: dockerFaults},
+		{name: "docker-partition", docker: true, about: "three containers from deploy/ (TLS, as deploy/compose.yaml runs): docker network disconnect and docker pause the leader", faults: dockerFaults},
 	}
 }
 
