@@ -18,6 +18,7 @@ import (
 
 // Batching limits. A batch of 64 commands is about 20 KiB; two entries in
 // flight keep the disk and the network busy while the next batch fills.
+// Acquires are not batched (see Propose).
 const (
 	defaultMaxBatch    = 64
 	defaultMaxInflight = 2
@@ -168,34 +169,17 @@ func (b *batcher) run(ctx context.Context) {
 }
 
 // take picks the next batch from pending: up to maxBatch live proposals in
-// order, with at most one acquire (an acquire's fence is its entry's index,
-// which two grants must not share); the rest wait for the next batch. A
-// command that cannot be part of a batch (fsm.Batchable: a limits change)
-// goes alone, so it is neither refused nor makes the writes around it fail.
+// order; the rest wait for the next batch. (Acquires never come here: Propose
+// sends each as an entry of its own, so a batch never holds two grants.)
 func (b *batcher) take(pending []*proposal) (batch, rest []*proposal) {
-	acquire, alone := false, false
 	for i, p := range pending {
-		if len(batch) == b.maxBatch || alone {
+		if len(batch) == b.maxBatch {
 			rest = append(rest, pending[i:]...)
 			break
 		}
-		isAcquire := p.cmd.Type() == fsm.AcquireLeaseType
-		if isAcquire && acquire || !fsm.Batchable(p.cmd.Type()) && len(batch) > 0 {
-			rest = append(rest, p)
-			continue
-		}
-		if !fsm.Batchable(p.cmd.Type()) {
-			if !p.state.CompareAndSwap(proposalQueued, proposalTaken) {
-				continue // its caller gave up
-			}
-			batch, alone = append(batch, p), true
-			continue
-		}
-		if !p.state.CompareAndSwap(proposalQueued, proposalTaken) {
-			continue // its caller gave up
-		}
-		acquire = acquire || isAcquire
-		batch = append(batch, p)
+		if p.state.CompareAndSwap(proposalQueued, proposalTaken) {
+			batch = append(batch, p)
+		} // else its caller gave up
 	}
 	return batch, rest
 }

@@ -19,9 +19,25 @@ type scenario struct {
 	// minDuration is the shortest workload that fits the whole fault
 	// schedule in its first three quarters; a shorter --duration is raised.
 	minDuration time.Duration
+	faults      func(ctx context.Context, e *env) error
 	// stableLeader makes any leadership change during the run a violation.
 	stableLeader bool
-	faults       func(ctx context.Context, e *env) error
+	// tls runs the scenario's cluster with TLS (HTTPS API, mutual TLS Raft);
+	// its report row is named "<name>+tls".
+	tls bool
+}
+
+// tlsShort are the scenarios the --short pass runs a second time with TLS,
+// so TLS is proven under a leader kill and a partition, not only on the
+// happy path.
+var tlsShort = []string{"leader-kill", "partition-leader"}
+
+// runName is the scenario's name in the report and its output directory.
+func (sc scenario) runName() string {
+	if sc.tls {
+		return sc.name + "+tls"
+	}
+	return sc.name
 }
 
 func scenarios() []scenario {
@@ -39,7 +55,7 @@ func scenarios() []scenario {
 		{name: "rolling-restart", about: "SIGTERM and restart every node in turn under load, the leader last", faults: rollingRestart},
 		{name: "abuse", about: "an abusive machine token and a token-less client flood the cluster beside well-behaved members",
 			faults: abuseFaults, minDuration: 16 * time.Second, stableLeader: true},
-		{name: "docker-partition", docker: true, about: "three containers from deploy/: docker network disconnect and docker pause the leader", faults: dockerFaults},
+		{name: "docker-partition", docker: true, about: "three containers from deploy/ (TLS, as deploy/compose.yaml runs): docker network disconnect and docker pause the leader", faults: dockerFaults},
 	}
 }
 
