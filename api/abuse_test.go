@@ -313,7 +313,7 @@ func TestServer_UnknownTokenOnCaughtUpFollower(t *testing.T) {
 
 // Blocking queries are capped overall and per address; over a cap the answer
 // is 429 at once and the connection is closed; a query whose index has
-// passed needs no slot.
+// passed needs no slot; one its client gives up is 499, not a server error.
 func TestServer_BlockingQueryCaps(t *testing.T) {
 	c := startGuarded(t, api.Caps{WriteRate: rate.Inf, BlockingQueries: 3, BlockingQueriesPerAddress: 2}, apitest.Options{})
 	fi := c.Follower()
@@ -365,6 +365,13 @@ func TestServer_BlockingQueryCaps(t *testing.T) {
 	}
 	cancel()
 	waiting(0)
+	// The three the clients gave up are 499, not server errors.
+	c.WaitFor("the abandoned queries counted", 10*time.Second, func() bool {
+		return c.metric(t, fi, "elanous_http_requests_total", "route", "/v1/primary", "code", "499") == 3
+	})
+	if got := c.metric(t, fi, "elanous_http_requests_total", "route", "/v1/primary", "code", "500"); got != 0 {
+		t.Errorf("abandoned blocking queries counted %v times as 500", got)
+	}
 }
 
 // A /v1/primary blocking query without a valid token waits at most

@@ -164,6 +164,12 @@ func newGuard(caps Caps, node *cluster.Node, reg prometheus.Registerer) *guard {
 	return g
 }
 
+// errClientClosed ends a request whose client left while it waited (a
+// blocking query given up): status 499, as nginx counts it, so that clients
+// abandoning waits, a flood of them included, show as neither server errors
+// nor error log lines.
+var errClientClosed = &Error{Status: 499, Code: wire.CodeClientClosed, Message: "the client closed the request"}
+
 // errRateLimited is the 429 of a write rate limit or a cap; the answer
 // carries Retry-After.
 func errRateLimited(msg string) *Error {

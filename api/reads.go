@@ -104,7 +104,7 @@ func (s *Server) block(c echo.Context, table fsm.Table) error {
 		case <-timer.C:
 			return nil
 		case <-ctx.Done():
-			return ctx.Err()
+			return errClientClosed // the client left: not a server error
 		}
 	}
 }

@@ -38,6 +38,7 @@ const (
 	CodeNotReady          = "not-ready"            // 503: leader elected but its claim is not applied here yet
 	CodeOutcomeUnknown    = "outcome-unknown"      // 503: the write may or may not have been applied
 	CodeInternal          = "internal"             // 500
+	CodeClientClosed      = "client-closed"        // 499: never sent; the client left first (metrics and logs say so)
 )
 
 // Error is the body of every error response.

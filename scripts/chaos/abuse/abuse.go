@@ -50,7 +50,8 @@ type Config struct {
 	// Members is the number of well-behaved members; default 4.
 	Members int
 	// MemberTTL is the TTL of their records and leases, MemberEvery how
-	// often they heartbeat and renew; defaults 5 s and 1 s.
+	// often they heartbeat and renew; defaults 8 s and 1 s (the member agent
+	// uses 600 s and 30 s).
 	MemberTTL, MemberEvery time.Duration
 	// BlockingQueries is how many blocking /v1/primary queries the client
 	// without a token opens at once; default 10,000.
@@ -76,7 +77,7 @@ func (c *Config) defaults() {
 		c.Members = 4
 	}
 	if c.MemberTTL == 0 {
-		c.MemberTTL = 5 * time.Second
+		c.MemberTTL = 8 * time.Second
 	}
 	if c.MemberEvery == 0 {
 		c.MemberEvery = time.Second
@@ -118,8 +119,10 @@ type Report struct {
 	// in its registry at the end.
 	Series map[string]int
 	// MemberOps and MemberRetries count the members' heartbeats and
-	// renewals, and those that needed a retry.
+	// renewals, and those that needed a retry; MemberSlowest is the slowest
+	// that succeeded.
 	MemberOps, MemberRetries int
+	MemberSlowest            time.Duration
 	// Lost lists what a member lost: a record or lease refused, expired or
 	// missing at the end, or a member request that was rate limited.
 	Lost []string
@@ -269,10 +272,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	var wg sync.WaitGroup
 	mctx, stopMembers := context.WithCancel(context.WithoutCancel(ctx))
+	watchClient := newClient(cfg.MemberAddr, 0, 0) // a watch waits up to 30 s; mctx ends it
 	for _, m := range members {
 		wg.Go(func() { m.run(mctx) })
 		for _, t := range cfg.Targets {
-			wg.Go(func() { m.watch(mctx, t) })
+			wg.Go(func() { m.watch(mctx, watchClient, t) })
 		}
 	}
 	var abusers sync.WaitGroup
@@ -481,8 +485,32 @@ func (m *goodMember) setUp(ctx context.Context) error {
 
 func leaseKey(port int) string { return "lease on port " + strconv.Itoa(port) }
 
-// run heartbeats and renews every MemberEvery until ctx ends.
+// run heartbeats each record and renews each lease every MemberEvery until
+// ctx ends, each in a loop of its own (as the member agent keeps each lease),
+// so that one slow answer delays nothing else. An item lost stops its loop.
 func (m *goodMember) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, id := range m.ids {
+		wg.Go(func() {
+			m.every(ctx, id, func(url string) answer {
+				return do(ctx, m.c, http.MethodPost, url+"/v1/resources/"+escape(id)+"/heartbeat", m.token, nil, nil)
+			})
+		})
+	}
+	for port, leaseID := range m.leases {
+		wg.Go(func() {
+			m.every(ctx, leaseKey(port), func(url string) answer {
+				return do(ctx, m.c, http.MethodPost, fmt.Sprintf("%s/v1/leases/port/%d/heartbeat", url, port), m.token,
+					map[string]string{wire.HeaderPortLeaseID: leaseID}, nil)
+			})
+		})
+	}
+	wg.Wait()
+}
+
+// every keeps one item: a heartbeat or renewal every MemberEvery until ctx
+// ends or the item is lost.
+func (m *goodMember) every(ctx context.Context, what string, send func(url string) answer) {
 	tick := time.NewTicker(m.r.cfg.MemberEvery)
 	defer tick.Stop()
 	for {
@@ -491,24 +519,18 @@ func (m *goodMember) run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		for _, id := range m.ids {
-			m.keep(ctx, id, func(url string) answer {
-				return do(ctx, m.c, http.MethodPost, url+"/v1/resources/"+escape(id)+"/heartbeat", m.token, nil, nil)
-			})
-		}
-		for port, leaseID := range m.leases {
-			m.keep(ctx, leaseKey(port), func(url string) answer {
-				return do(ctx, m.c, http.MethodPost, fmt.Sprintf("%s/v1/leases/port/%d/heartbeat", url, port), m.token,
-					map[string]string{wire.HeaderPortLeaseID: leaseID}, nil)
-			})
+		if !m.keep(ctx, what, send) {
+			return
 		}
 	}
 }
 
 // keep sends one heartbeat or renewal, retrying on a transport error or a
 // 5xx while the TTL has not run out since the last success. A 4xx is a loss.
-func (m *goodMember) keep(ctx context.Context, what string, send func(url string) answer) {
+// It reports whether the item is still held.
+func (m *goodMember) keep(ctx context.Context, what string, send func(url string) answer) bool {
 	for try := 0; ctx.Err() == nil; try++ {
+		start := time.Now()
 		a := send(m.r.target())
 		m.r.mu.Lock()
 		m.r.report.MemberOps++
@@ -520,24 +542,28 @@ func (m *goodMember) keep(ctx context.Context, what string, send func(url string
 			m.mu.Lock()
 			m.lastOK[what] = time.Now()
 			m.mu.Unlock()
-			return
+			m.r.mu.Lock()
+			m.r.report.MemberSlowest = max(m.r.report.MemberSlowest, time.Since(start))
+			m.r.mu.Unlock()
+			return true
 		}
 		if ctx.Err() != nil {
-			return
+			return true
 		}
 		if a.err == nil && a.status >= 400 && a.status < 500 {
 			m.lose(fmt.Sprintf("%s of %s: answered %s", what, m.machine, a.outcome()))
-			return
+			return false
 		}
 		m.mu.Lock()
 		last := m.lastOK[what]
 		m.mu.Unlock()
 		if time.Since(last) > m.r.cfg.MemberTTL {
 			m.lose(fmt.Sprintf("%s of %s: no heartbeat or renewal succeeded within its %s TTL (last: %s)", what, m.machine, m.r.cfg.MemberTTL, a.outcome()))
-			return
+			return false
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	return true
 }
 
 func (m *goodMember) lose(what string) {
@@ -549,10 +575,10 @@ func (m *goodMember) lose(what string) {
 // watch follows the primary on one node with anonymous blocking queries, as
 // the member agent does; a refusal is a loss (the abusers must not crowd a
 // member out).
-func (m *goodMember) watch(ctx context.Context, url string) {
+func (m *goodMember) watch(ctx context.Context, c *http.Client, url string) {
 	index := "0"
 	for ctx.Err() == nil {
-		a := do(ctx, m.c, http.MethodGet, url+"/v1/primary?index="+index+"&wait=30s", "", nil, nil)
+		a := do(ctx, c, http.MethodGet, url+"/v1/primary?index="+index+"&wait=30s", "", nil, nil)
 		if ctx.Err() != nil {
 			return
 		}
@@ -857,7 +883,8 @@ func (r *Report) Summary() []string {
 	}
 	out = append(out, fmt.Sprintf("abuser granted %d resources (quota %d) and %d leases (quota %d)",
 		r.GrantedResources, r.Quota.ResourcesPerMachine, r.GrantedLeases, r.Quota.LeasesPerMachine))
-	out = append(out, fmt.Sprintf("members: %d heartbeats and renewals, %d retried, %d lost", r.MemberOps, r.MemberRetries, len(r.Lost)))
+	out = append(out, fmt.Sprintf("members: %d heartbeats and renewals, %d retried, %d lost; the slowest answered in %s",
+		r.MemberOps, r.MemberRetries, len(r.Lost), r.MemberSlowest.Round(time.Millisecond)))
 	out = append(out, fmt.Sprintf("most blocking queries held at once per node: %v (cap per address %d); request series per node: %v",
 		r.MaxBlocking, r.BlockingCap, r.Series))
 	return out
