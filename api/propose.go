@@ -21,7 +21,8 @@ import (
 //
 // On the leader the command is first judged against the applied state
 // (cluster.Node.Precheck): a heartbeat, delete, renew or release that would
-// be refused is answered at once, without a log entry.
+// be refused, or a register or acquire past a quota, is answered at once,
+// without a log entry.
 func (s *Server) propose(c echo.Context, cmd fsm.Command) (any, error) {
 	if err := s.node.Precheck(cmd); err != nil {
 		return nil, err
