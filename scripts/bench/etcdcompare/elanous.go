@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -52,6 +53,7 @@ type elanousSystem struct {
 	procs             *procs
 	nodes             []*elanousNode
 	token             string // the member token
+	queryToken        string // the query token (blocking watches, as a member's resolver sends)
 	env, passed       []string
 	status            *http.Client
 }
@@ -108,7 +110,30 @@ func elanousEnv() (env, passed []string) {
 			passed = append(passed, kv)
 		}
 	}
+	for _, kv := range benchEnv {
+		key, _, _ := strings.Cut(kv, "=")
+		if !slices.ContainsFunc(passed, func(p string) bool { return strings.HasPrefix(p, key+"=") }) {
+			env = append(env, kv)
+		}
+	}
 	return env, passed
+}
+
+// benchEnv is what the benchmark sets in the nodes' environment unless its
+// own environment does: the per-address write rate limit off, since every
+// client of the benchmark shares one address (a node that has no such
+// setting ignores the variable).
+var benchEnv = []string{"ELANOUS_LIMITS_WRITE_RATE=0"}
+
+// setEnv is what of benchEnv the nodes got.
+func (s *elanousSystem) setEnv() []string {
+	var out []string
+	for _, kv := range benchEnv {
+		if slices.Contains(s.env, kv) && !slices.Contains(s.passed, kv) {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 func (s *elanousSystem) passedEnv() []string { return s.passed }
@@ -196,7 +221,7 @@ func (s *elanousSystem) initTokens(ctx context.Context) error {
 	if !wire.ValidToken(t.Member) {
 		return errors.New("tokens file has no well-formed member token")
 	}
-	s.token = t.Member
+	s.token, s.queryToken = t.Member, t.Query
 	return nil
 }
 
