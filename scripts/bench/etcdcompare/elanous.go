@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -110,30 +109,7 @@ func elanousEnv() (env, passed []string) {
 			passed = append(passed, kv)
 		}
 	}
-	for _, kv := range benchEnv {
-		key, _, _ := strings.Cut(kv, "=")
-		if !slices.ContainsFunc(passed, func(p string) bool { return strings.HasPrefix(p, key+"=") }) {
-			env = append(env, kv)
-		}
-	}
 	return env, passed
-}
-
-// benchEnv is what the benchmark sets in the nodes' environment unless its
-// own environment does: the per-address write rate limit off, since every
-// client of the benchmark shares one address (a node that has no such
-// setting ignores the variable).
-var benchEnv = []string{"ELANOUS_LIMITS_WRITE_RATE=0"}
-
-// setEnv is what of benchEnv the nodes got.
-func (s *elanousSystem) setEnv() []string {
-	var out []string
-	for _, kv := range benchEnv {
-		if slices.Contains(s.env, kv) && !slices.Contains(s.passed, kv) {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 func (s *elanousSystem) passedEnv() []string { return s.passed }

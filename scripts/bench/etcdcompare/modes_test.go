@@ -261,21 +261,6 @@ func TestWatchAddr(t *testing.T) {
 	}
 }
 
-func TestElanousEnv_WriteRateOffUnlessSet(t *testing.T) {
-	t.Setenv("ELANOUS_RAFT_SNAPSHOT_INTERVAL", "5s")
-	t.Setenv("ELANOUS_NODE_ID", "x") // the benchmark's own: dropped
-	env, passed := elanousEnv()
-	if !slices.Contains(env, "ELANOUS_LIMITS_WRITE_RATE=0") || slices.Contains(env, "ELANOUS_NODE_ID=x") ||
-		!slices.Equal(passed, []string{"ELANOUS_RAFT_SNAPSHOT_INTERVAL=5s"}) {
-		t.Errorf("elanousEnv() = %q, passed %q; want the write rate off, the interval passed, the node id dropped", env, passed)
-	}
-	t.Setenv("ELANOUS_LIMITS_WRITE_RATE", "50")
-	env, _ = elanousEnv()
-	if slices.Contains(env, "ELANOUS_LIMITS_WRITE_RATE=0") || !slices.Contains(env, "ELANOUS_LIMITS_WRITE_RATE=50") {
-		t.Errorf("elanousEnv() with the write rate set = %q, want it as set", env)
-	}
-}
-
 func TestTargets(t *testing.T) {
 	rep := &report{
 		Options: reportOptions{Kills: 20, RateSeconds: 60, CalmSeconds: 600},

@@ -35,9 +35,6 @@ func printTable(w io.Writer, rep *report) {
 	if len(o.ElanousEnv) > 0 {
 		fmt.Fprintf(w, "elanous nodes ran with %s.\n", strings.Join(o.ElanousEnv, " "))
 	}
-	if len(o.ElanousSet) > 0 {
-		fmt.Fprintf(w, "The benchmark set %s on the elanous nodes.\n", strings.Join(o.ElanousSet, " "))
-	}
 	for name, f := range rep.Fill {
 		fmt.Fprintf(w, "Fill of %s: %d records in %.1fs (%s/s).\n", name, f.Ops, f.Seconds, thousands(f.OpsPerSec))
 	}

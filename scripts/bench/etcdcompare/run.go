@@ -122,9 +122,7 @@ start.
 
 ELANOUS_* variables in the environment reach the elanous nodes (the environment
 overrides their config file), except those naming a node's identity, addresses,
-candidates or tokens file, which the benchmark sets. ELANOUS_LIMITS_WRITE_RATE
-is 0 (the per-address write rate limit off: every client of the benchmark
-shares one address) unless the environment sets it.
+candidates or tokens file, which the benchmark sets.
 
 Flags:
 `
@@ -342,9 +340,6 @@ type reportOptions struct {
 	Fill            int      `json:"fill"`
 	Ops             []string `json:"ops"`
 	ElanousEnv      []string `json:"elanousEnv,omitempty"`
-	// ElanousSet is what the benchmark itself sets in the nodes'
-	// environment.
-	ElanousSet []string `json:"elanousSet,omitempty"`
 
 	Scale               bool    `json:"scale,omitempty"`
 	Leases              int     `json:"leases,omitempty"`
@@ -456,7 +451,7 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 		rep.Host.ElanousRev = gitRevision(o.repo)
-		rep.Options.ElanousEnv, rep.Options.ElanousSet = s.passedEnv(), s.setEnv()
+		rep.Options.ElanousEnv = s.passedEnv()
 		systems = append(systems, s)
 	}
 
