@@ -94,8 +94,9 @@ Rows (--ops):
              surviving member; the gap from the kill to the next successful
              write, --kills times (median and max)
 
-Measurements of the elanous cluster alone (each optional; they run after the
-rows, in this order):
+Measurements of the elanous cluster alone (each optional; the scale phase runs
+right after the fill, before the rows, the others after the rows, in this
+order):
   --fill N   before the rows, N resources are registered (and N keys put in
              etcd); then, unless --scale=false, the scale phase measures on
              elanous: the heartbeat row's shape on the empty state (before the

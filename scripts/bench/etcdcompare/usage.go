@@ -39,10 +39,10 @@ func resetPeakRSS(pid int) bool {
 
 // nodeSample is one node's footprint at one instant.
 type nodeSample struct {
-	Node     string
-	PID      int
-	RSSBytes int64
-	DBBytes  int64
+	Node     string `json:"node"`
+	PID      int    `json:"pid"`
+	RSSBytes int64  `json:"rssBytes"`
+	DBBytes  int64  `json:"dbBytes"`
 }
 
 // nodePeak is one node's footprint over a window: the largest of the samples
