@@ -18,8 +18,8 @@ func printModes(w io.Writer, rep *report) {
 		printWatches(w, wr)
 	}
 	if sk := rep.Soak; sk != nil {
-		fmt.Fprintf(w, "\nSoak (elanous): the keepalive row's shape (%d clients, closed loop) for %.0f s, every node sampled every %.0f s: %s.\n\n",
-			rep.Options.Clients, sk.DurationSeconds, sk.SampleEverySeconds, loadCell(sk.Load))
+		fmt.Fprintf(w, "\nSoak (elanous): the keepalive row's shape (%d clients, closed loop) for %.0f s, every node sampled every %.0f s: %s. Leader changes: %d; the term moved by %d.\n\n",
+			rep.Options.Clients, sk.DurationSeconds, sk.SampleEverySeconds, loadCell(sk.Load), sk.LeaderChanges, sk.TermChange)
 		fmt.Fprintf(w, "| member | highest RSS (sampled) | peak RSS (kernel) | RSS at the end | highest raft.db | raft.db at the end | snapshots taken | longest | last_snapshot_index / last index | retained |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for i, p := range sk.Peaks {
 			sn := sk.Snapshots[i]

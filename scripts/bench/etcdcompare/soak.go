@@ -19,6 +19,11 @@ type soakReport struct {
 	Peaks []nodePeak `json:"peaks"`
 	// Snapshots is each node's snapshots during the soak.
 	Snapshots []nodeSnapshots `json:"snapshots"`
+	// LeaderChanges is the most leader changes a node counted during the
+	// soak, and TermChange how far the term moved (as in the calm run): an
+	// election under load shows here and in the errors.
+	LeaderChanges int    `json:"leaderChanges"`
+	TermChange    uint64 `json:"termChange"`
 }
 
 // nodeSnapshots is one node's snapshots within a window.
@@ -78,6 +83,11 @@ func runSoak(ctx context.Context, s *elanousSystem, o options, pr *printer) (*so
 	}
 	defer cleanup()
 	rep := &soakReport{DurationSeconds: o.soak.Seconds(), SampleEverySeconds: o.sampleEvery.Seconds()}
+	before, err := s.leadership(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pids := s.pids()
 	t0 := time.Now()
 	smp := startSampler(ctx, o.sampleEvery, s.sample)
 	every := progressEvery(o.soak)
@@ -100,6 +110,12 @@ func runSoak(ctx context.Context, s *elanousSystem, o options, pr *printer) (*so
 	if rep.Snapshots, err = s.snapshotsIn(ctx, t0); err != nil {
 		return nil, err
 	}
+	after, err := s.leadership(ctx)
+	if err != nil {
+		return nil, err
+	}
+	_, rep.LeaderChanges, rep.TermChange = leaderChanges(before, after, s.restartedSince(pids, rep.Peaks))
+	pr.logf("elanous: soak: %d leader changes, term moved by %d", rep.LeaderChanges, rep.TermChange)
 	for i, p := range rep.Peaks {
 		sn := rep.Snapshots[i]
 		pr.logf("elanous: soak: %s highest RSS %s, raft.db up to %s; %d snapshots taken (longest %.0f ms), last_snapshot_index %d of %d",
@@ -185,6 +201,25 @@ func leaderChanges(before, after []calmNode, restarted []bool) (nodes []calmNode
 	return nodes, changes, termChange
 }
 
+// pids is every node's process id.
+func (s *elanousSystem) pids() []int {
+	var out []int
+	for _, n := range s.nodes {
+		out = append(out, n.p.pid())
+	}
+	return out
+}
+
+// restartedSince tells, per node, whether its process is not the one of pids
+// or another one was sampled in between.
+func (s *elanousSystem) restartedSince(pids []int, peaks []nodePeak) []bool {
+	out := make([]bool, len(s.nodes))
+	for i, n := range s.nodes {
+		out[i] = n.p.pid() != pids[i] || (i < len(peaks) && !slices.Equal(peaks[i].PIDs, []int{pids[i]}))
+	}
+	return out
+}
+
 // registerBench registers the first n bench resources (benchID) through
 // their clients' nodes, so heartbeats on them succeed.
 func (s *elanousSystem) registerBench(ctx context.Context, n int) error {
@@ -223,10 +258,7 @@ func runCalm(ctx context.Context, s *elanousSystem, o options, peak float64, pr 
 	if err != nil {
 		return nil, err
 	}
-	pids := make([]int, len(s.nodes))
-	for i, n := range s.nodes {
-		pids[i] = n.p.pid()
-	}
+	pids := s.pids()
 	pr.logf("elanous: calm: open loop of %s heartbeats/s (%.0f%% of %s/s, %s) for %s over %d resources, %d connections",
 		thousands(rate), rep.Fraction*100, thousands(rep.PeakPerSec), rep.PeakFrom, o.calm, o.clients, o.openClients)
 	smp := startSampler(ctx, o.sampleEvery, s.sample)
@@ -239,11 +271,7 @@ func runCalm(ctx context.Context, s *elanousSystem, o options, peak float64, pr 
 	if err != nil {
 		return nil, err
 	}
-	restarted := make([]bool, len(s.nodes))
-	for i, n := range s.nodes {
-		restarted[i] = n.p.pid() != pids[i] || !slices.Equal(rep.Peaks[i].PIDs, []int{pids[i]})
-	}
-	rep.Nodes, rep.LeaderChanges, rep.TermChange = leaderChanges(before, after, restarted)
+	rep.Nodes, rep.LeaderChanges, rep.TermChange = leaderChanges(before, after, s.restartedSince(pids, rep.Peaks))
 	pr.logf("elanous: calm: %d leader changes, term moved by %d", rep.LeaderChanges, rep.TermChange)
 	return rep, nil
 }
