@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -322,5 +324,84 @@ func TestTargets(t *testing.T) {
 		if strings.HasPrefix(tg.Figure, "soak:") && !strings.HasSuffix(tg.Figure, "(at 30 s)") {
 			t.Errorf("targets of a 30 s soak: %q does not name its length", tg.Figure)
 		}
+	}
+}
+
+// TestRunWatchHolder runs a holder against a listener that holds the first
+// watches it gets and refuses the others with 429, as a node past its cap
+// does.
+func TestRunWatchHolder(t *testing.T) {
+	const watches, keep = 40, 25
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var held []net.Conn
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	go func() {
+		for n := 0; ; n++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			buf := make([]byte, 512)
+			if _, err := c.Read(buf); err != nil || !strings.HasPrefix(string(buf), "GET /v1/primary?index=7") {
+				c.Close()
+				continue
+			}
+			if n < keep {
+				mu.Lock()
+				held = append(held, c)
+				mu.Unlock()
+				continue
+			}
+			_, _ = c.Write([]byte("HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\n\r\n"))
+			c.Close()
+		}
+	}()
+
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- runWatchHolder(context.Background(), inR, outW); outW.Close() }()
+	cfg, _ := json.Marshal(holderConfig{Target: ln.Addr().String(), Request: "GET /v1/primary?index=7&wait=5m HTTP/1.1\r\nHost: x\r\n\r\n", Watches: watches, PerAddress: 8})
+	if _, err := inW.Write(append(cfg, '\n')); err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(outR)
+	var c holderCounts
+	if err := dec.Decode(&c); err != nil || !c.Opened {
+		t.Fatalf("holder's first line = %+v, %v; want opened", c, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := inW.Write([]byte("report\n")); err != nil {
+			t.Fatal(err)
+		}
+		if err := dec.Decode(&c); err != nil {
+			t.Fatal(err)
+		}
+		if c.Held == keep && c.Refused == watches-keep {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("holder counts = %+v, want %d held and %d refused", c, keep, watches-keep)
+		}
+		time.Sleep(10 * time.Millisecond) // poll interval, not a wait for state
+	}
+	if c.Answered+c.OtherStatus+c.Failed != 0 || len(c.ErrorKinds) != 0 {
+		t.Errorf("holder counts = %+v, want no other outcome", c)
+	}
+	inW.Close()
+	if err := <-done; err != nil {
+		t.Errorf("runWatchHolder() = %v, want nil once its input ends", err)
 	}
 }

@@ -108,7 +108,8 @@ order):
              a follower takes to serve /v1/ready after SIGTERM and a restart
   --watches N  N members each hold a blocking GET /v1/primary?index=<current>
              &wait=5m on every candidate (N per candidate, --watches-per-address
-             from each loopback source address 127.1.x.y) for --watch-hold;
+             from each loopback source address 127.1.x.y; one holder process
+             per candidate) for --watch-hold;
              each candidate's RSS, and how many were held, refused (429) or
              failed
   --soak D   the keepalive row's shape for D; every node's RSS and raft.db size
@@ -419,7 +420,7 @@ func run(ctx context.Context, args []string) error {
 
 	if o.watches > 0 {
 		// Before any node starts, so that they inherit it too.
-		limit, err := raiseFileLimit(uint64(3*o.watches + 4096))
+		limit, err := raiseFileLimit(uint64(o.watches + 4096))
 		if err != nil {
 			pr.logf("%v", err)
 		}

@@ -190,6 +190,33 @@ func (s *elanousSystem) waitReady(ctx context.Context, i int, timeout time.Durat
 	}
 }
 
+// waitCaughtUp waits until every node has applied the leader's commit index
+// as it was when the wait began, so a measurement after a fill does not catch
+// the followers still applying it.
+func (s *elanousSystem) waitCaughtUp(ctx context.Context, timeout time.Duration) error {
+	l, err := s.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	st, err := s.clusterStatus(ctx, l)
+	if err != nil {
+		return err
+	}
+	target := st.CommitIndex
+	return poll(ctx, timeout, func(ctx context.Context) error {
+		for i, n := range s.nodes {
+			st, err := s.clusterStatus(ctx, i)
+			if err != nil {
+				return err
+			}
+			if st.AppliedIndex < target {
+				return fmt.Errorf("%s has applied %d of %d", n.name, st.AppliedIndex, target)
+			}
+		}
+		return nil
+	})
+}
+
 // restartFollower stops a follower with SIGTERM, starts it again on its data
 // dir and times it until /v1/ready answers 200.
 func (s *elanousSystem) restartFollower(ctx context.Context) (*restartReport, error) {
@@ -230,6 +257,11 @@ func (s *elanousSystem) restartFollower(ctx context.Context) (*restartReport, er
 // at filledAt; empty is the heartbeat row measured before the fill.
 func runScale(ctx context.Context, s *elanousSystem, o options, empty *stats, filledAt time.Time, pr *printer) (*scaleReport, error) {
 	rep := &scaleReport{Resources: o.fill, Leases: o.leases, EmptyHeartbeat: empty}
+	t0 := time.Now()
+	if err := s.waitCaughtUp(ctx, 2*time.Minute); err != nil {
+		return nil, fmt.Errorf("after the fill: %w", err)
+	}
+	pr.logf("elanous: scale: every node applied the fill %.1fs after it ended", time.Since(t0).Seconds())
 	smp := startSampler(ctx, o.sampleEvery, s.sample)
 	stopped := false
 	defer func() {

@@ -1,11 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,7 +39,8 @@ type watchReport struct {
 	// they were then held while the footprint was sampled.
 	OpenSeconds float64 `json:"openSeconds"`
 	HoldSeconds float64 `json:"holdSeconds"`
-	// FileLimit is this process's RLIMIT_NOFILE during the phase.
+	// FileLimit is the holders' RLIMIT_NOFILE (one holder process per
+	// candidate holds its watches).
 	FileLimit uint64      `json:"fileLimit"`
 	Nodes     []watchNode `json:"nodes"`
 	// ErrorKinds counts the failures (dial errors, connections closed
@@ -134,9 +142,9 @@ func (s *elanousSystem) primaryIndex(ctx context.Context, i int) (uint64, error)
 }
 
 // watchConn is one open watch. status is 0 while unanswered, the HTTP status
-// once answered, -1 when the connection failed or closed without an answer.
+// once answered, -1 when the connection failed or closed without an answer,
+// -2 once closed by the holder.
 type watchConn struct {
-	node   int
 	conn   net.Conn
 	status atomic.Int32
 }
@@ -161,22 +169,248 @@ func (e *watchErrors) add(err error) {
 	e.kinds[text]++
 }
 
-// runWatches opens the watches, holds them for o.watchHold while sampling
-// every node's footprint, counts what each candidate did with them and
-// closes them.
+// holderConfig is what the driver sends a watch holder: the candidate's
+// address, the request each watch sends, and how many watches to open from
+// how many per source address.
+type holderConfig struct {
+	Target     string `json:"target"`
+	Request    string `json:"request"`
+	Watches    int    `json:"watches"`
+	PerAddress int    `json:"perAddress"`
+}
+
+// holderCounts is what a holder reports: its watches by outcome.
+type holderCounts struct {
+	Opened      bool           `json:"opened"`
+	Held        int            `json:"held"`
+	Refused     int            `json:"refused"`
+	Answered    int            `json:"answered"`
+	OtherStatus int            `json:"otherStatus"`
+	Failed      int            `json:"failed"`
+	ErrorKinds  map[string]int `json:"errorKinds,omitempty"`
+	FileLimit   uint64         `json:"fileLimit"`
+}
+
+// watchSet is one holder's watches.
+type watchSet struct {
+	mu      sync.Mutex
+	conns   []*watchConn // guarded by mu
+	readers sync.WaitGroup
+	errs    watchErrors
+}
+
+// open dials target from local, sends req and reads the answer's status line
+// in its own goroutine.
+func (ws *watchSet) open(ctx context.Context, target string, req []byte, local net.IP) {
+	w := &watchConn{}
+	ws.mu.Lock()
+	ws.conns = append(ws.conns, w)
+	ws.mu.Unlock()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local}, Timeout: 10 * time.Second}
+	c, err := d.DialContext(ctx, "tcp", target)
+	if err == nil {
+		if _, err = c.Write(req); err != nil {
+			c.Close()
+		}
+	}
+	if err != nil {
+		w.status.Store(-1)
+		ws.errs.add(err)
+		return
+	}
+	w.conn = c
+	ws.readers.Go(func() {
+		buf := make([]byte, 64)
+		got, err := c.Read(buf)
+		if code := parseStatusLine(buf[:got]); code != 0 {
+			w.status.CompareAndSwap(0, int32(code))
+			return
+		}
+		if w.status.CompareAndSwap(0, -1) && err != nil {
+			ws.errs.add(fmt.Errorf("closed without an answer: %w", err))
+		}
+	})
+}
+
+// counts classifies the watches now.
+func (ws *watchSet) counts() holderCounts {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	var c holderCounts
+	for _, w := range ws.conns {
+		switch code := w.status.Load(); {
+		case code == 0:
+			c.Held++
+		case code == http.StatusTooManyRequests:
+			c.Refused++
+		case code == http.StatusOK:
+			c.Answered++
+		case code > 0:
+			c.OtherStatus++
+		default:
+			c.Failed++
+		}
+	}
+	ws.errs.mu.Lock()
+	c.ErrorKinds = maps.Clone(ws.errs.kinds)
+	ws.errs.mu.Unlock()
+	return c
+}
+
+// closeAll closes every watch and waits for their readers.
+func (ws *watchSet) closeAll() {
+	ws.mu.Lock()
+	for _, w := range ws.conns {
+		if w.conn != nil {
+			w.status.CompareAndSwap(0, -2)
+			w.conn.Close()
+		}
+	}
+	ws.mu.Unlock()
+	ws.readers.Wait()
+}
+
+// watchHolderFlag runs this program as a watch holder (runWatchHolder)
+// instead of the benchmark.
+const watchHolderFlag = "--watch-holder"
+
+// runWatchHolder is a watch holder: a child process of the driver that holds
+// one candidate's watches, so that no process needs more open files than
+// one candidate's share (the driver cannot always raise its limit). It reads
+// a holderConfig from in, opens the watches, writes {"opened":true}; at each
+// line from in it writes its counts; when in ends it closes them and returns.
+func runWatchHolder(ctx context.Context, in io.Reader, out io.Writer) error {
+	rd := bufio.NewReader(in)
+	line, err := rd.ReadBytes('\n')
+	if err != nil {
+		return fmt.Errorf("read the holder's config: %w", err)
+	}
+	var cfg holderConfig
+	if err := json.Unmarshal(line, &cfg); err != nil {
+		return fmt.Errorf("decode the holder's config: %w", err)
+	}
+	if cfg.PerAddress < 1 {
+		return errors.New("holder config: perAddress must be at least 1")
+	}
+	var limit uint64
+	var r syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r) == nil {
+		limit = r.Cur
+	}
+	var ws watchSet
+	defer ws.closeAll()
+	jobs := make(chan int)
+	var dialers sync.WaitGroup
+	for range 64 {
+		dialers.Go(func() {
+			for m := range jobs {
+				ws.open(ctx, cfg.Target, []byte(cfg.Request), watchAddr(m/cfg.PerAddress))
+			}
+		})
+	}
+	for m := 0; m < cfg.Watches && ctx.Err() == nil; m++ {
+		jobs <- m
+	}
+	close(jobs)
+	dialers.Wait()
+	enc := json.NewEncoder(out)
+	if err := enc.Encode(holderCounts{Opened: true, FileLimit: limit}); err != nil {
+		return err
+	}
+	for {
+		if _, err := rd.ReadBytes('\n'); err != nil {
+			return nil // the driver closed our input: done
+		}
+		c := ws.counts()
+		c.Opened, c.FileLimit = true, limit
+		if err := enc.Encode(c); err != nil {
+			return err
+		}
+	}
+}
+
+// watchHolder is the driver's handle on one holder process.
+type watchHolder struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	out   *json.Decoder
+	ended chan struct{}
+}
+
+// startHolder starts a holder for cfg (this same program, with
+// watchHolderFlag) in its own process group with SIGKILL as its parent-death
+// signal; its stderr goes to ours.
+func startHolder(cfg holderConfig) (*watchHolder, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, watchHolderFlag)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start a watch holder: %w", err)
+	}
+	h := &watchHolder{cmd: cmd, in: in, out: json.NewDecoder(out), ended: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(h.ended) }()
+	data, err := json.Marshal(cfg)
+	if err == nil {
+		_, err = h.in.Write(append(data, '\n'))
+	}
+	if err != nil {
+		h.stop()
+		return nil, fmt.Errorf("configure a watch holder: %w", err)
+	}
+	return h, nil
+}
+
+// next reads the holder's next counts.
+func (h *watchHolder) next() (holderCounts, error) {
+	var c holderCounts
+	err := h.out.Decode(&c)
+	return c, err
+}
+
+// report asks the holder for its counts.
+func (h *watchHolder) report() (holderCounts, error) {
+	if _, err := h.in.Write([]byte("report\n")); err != nil {
+		return holderCounts{}, err
+	}
+	return h.next()
+}
+
+// stop closes the holder's input, so it closes its watches and exits, and
+// kills it (by its pid) if it has not within 30 s.
+func (h *watchHolder) stop() {
+	h.in.Close()
+	select {
+	case <-h.ended:
+	case <-time.After(30 * time.Second):
+		_ = syscall.Kill(h.cmd.Process.Pid, syscall.SIGKILL)
+		<-h.ended
+	}
+}
+
+// runWatches opens the watches — one holder process per candidate — holds
+// them for o.watchHold while sampling every node's footprint, counts what
+// each candidate did with them and closes them.
 func runWatches(ctx context.Context, s *elanousSystem, o options, pr *printer) (*watchReport, error) {
 	n, per := o.watches, o.watchesPerAddress
 	rep := &watchReport{PerCandidate: n, PerAddress: per, Addresses: (n + per - 1) / per, Wait: watchWait}
-	var r syscall.Rlimit
-	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r) == nil {
-		rep.FileLimit = r.Cur
-	}
 	token := s.queryToken
 	if token == "" {
 		token = s.token
 	}
 	base := s.sample()
-	var requests [][]byte
+	var cfgs []holderConfig
 	for i, node := range s.nodes {
 		idx, err := s.primaryIndex(ctx, i)
 		if err != nil {
@@ -186,80 +420,48 @@ func runWatches(ctx context.Context, s *elanousSystem, o options, pr *printer) (
 		if err != nil {
 			return nil, err
 		}
-		requests = append(requests, fmt.Appendf(nil, "GET /v1/primary?index=%d&wait=%s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nUser-Agent: compare-etcd-watch\r\n\r\n", idx, watchWait, u.Host, token))
+		req := fmt.Sprintf("GET /v1/primary?index=%d&wait=%s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nUser-Agent: compare-etcd-watch\r\n\r\n", idx, watchWait, u.Host, token)
+		cfgs = append(cfgs, holderConfig{Target: u.Host, Request: req, Watches: n, PerAddress: per})
 		rep.Nodes = append(rep.Nodes, watchNode{Node: node.name, Index: idx, Asked: n, BaselineRSSBytes: base[i].RSSBytes})
 	}
 	smp := startSampler(ctx, o.sampleEvery, s.sample)
-
-	var errs watchErrors
-	conns := make([]*watchConn, 0, n*len(s.nodes))
-	var connsMu sync.Mutex
-	var readers sync.WaitGroup
-	open := func(ctx context.Context, member, node int) {
-		w := &watchConn{node: node}
-		connsMu.Lock()
-		conns = append(conns, w)
-		connsMu.Unlock()
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: watchAddr(member / per)}, Timeout: 10 * time.Second}
-		c, err := d.DialContext(ctx, "tcp", strings.TrimPrefix(s.nodes[node].url, "http://"))
-		if err == nil {
-			_, err = c.Write(requests[node])
-			if err != nil {
-				c.Close()
-			}
+	stopped := false
+	defer func() {
+		if !stopped {
+			smp.stop()
 		}
-		if err != nil {
-			w.status.Store(-1)
-			errs.add(err)
-			return
-		}
-		w.conn = c
-		readers.Go(func() {
-			buf := make([]byte, 64)
-			got, err := c.Read(buf)
-			if code := parseStatusLine(buf[:got]); code != 0 {
-				w.status.CompareAndSwap(0, int32(code))
-				return
-			}
-			if w.status.CompareAndSwap(0, -1) && err != nil {
-				errs.add(fmt.Errorf("closed without an answer: %w", err))
-			}
-		})
-	}
-
-	pr.logf("elanous: watches: opening %d blocking /v1/primary watches on each candidate (wait=%s, %d per source address, %d addresses; open-file limit %d)",
-		n, watchWait, per, rep.Addresses, rep.FileLimit)
+	}()
+	pr.logf("elanous: watches: opening %d blocking /v1/primary watches on each candidate (wait=%s, %d per source address, %d addresses), one holder process per candidate",
+		n, watchWait, per, rep.Addresses)
 	t0 := time.Now()
-	jobs := make(chan [2]int)
-	var dialers sync.WaitGroup
-	for range 64 {
-		dialers.Go(func() {
-			for j := range jobs {
-				open(ctx, j[0], j[1])
-			}
-		})
-	}
-	last := time.Now()
-	for m := 0; m < n && ctx.Err() == nil; m++ {
-		for i := range s.nodes {
-			jobs <- [2]int{m, i}
+	var holders []*watchHolder
+	defer func() {
+		for _, h := range holders {
+			h.stop()
 		}
-		if time.Since(last) >= time.Second {
-			last = time.Now()
-			pr.logf("elanous: watches: opening %d/%d on each candidate", m+1, n)
+	}()
+	for _, cfg := range cfgs {
+		h, err := startHolder(cfg)
+		if err != nil {
+			return nil, err
 		}
+		holders = append(holders, h)
 	}
-	close(jobs)
-	dialers.Wait()
+	for i, h := range holders {
+		c, err := h.next()
+		if err != nil || !c.Opened {
+			return nil, fmt.Errorf("the watch holder of %s: %v", s.nodes[i].name, err)
+		}
+		rep.FileLimit = max(rep.FileLimit, c.FileLimit)
+	}
 	rep.OpenSeconds = time.Since(t0).Seconds()
-	pr.logf("elanous: watches: all opened in %.1fs; holding them %s", rep.OpenSeconds, o.watchHold)
+	pr.logf("elanous: watches: all sent in %.1fs (holders' open-file limit %d); holding them %s", rep.OpenSeconds, rep.FileLimit, o.watchHold)
 
-	hold := time.NewTimer(o.watchHold)
 	select {
 	case <-ctx.Done():
-	case <-hold.C:
+		return nil, ctx.Err()
+	case <-time.After(o.watchHold):
 	}
-	hold.Stop()
 	rep.HoldSeconds = time.Since(t0).Seconds() - rep.OpenSeconds
 	for i := range s.nodes {
 		if text, err := s.metrics(ctx, i); err == nil {
@@ -269,33 +471,20 @@ func runWatches(ctx context.Context, s *elanousSystem, o options, pr *printer) (
 		}
 	}
 	rep.Peaks = smp.stop()
-	for _, w := range conns {
-		nd := &rep.Nodes[w.node]
-		switch code := w.status.Load(); {
-		case code == 0:
-			nd.Held++
-		case code == http.StatusTooManyRequests:
-			nd.Refused++
-		case code == http.StatusOK:
-			nd.Answered++
-		case code > 0:
-			nd.OtherStatus++
-		default:
-			nd.Failed++
+	stopped = true
+	for i, h := range holders {
+		c, err := h.report()
+		if err != nil {
+			return nil, fmt.Errorf("the watch holder of %s: %w", s.nodes[i].name, err)
 		}
-	}
-	for _, w := range conns {
-		if w.conn != nil {
-			w.status.CompareAndSwap(0, -2) // closed by us: not a failure
-			w.conn.Close()
+		nd := &rep.Nodes[i]
+		nd.Held, nd.Refused, nd.Answered, nd.OtherStatus, nd.Failed = c.Held, c.Refused, c.Answered, c.OtherStatus, c.Failed
+		for k, v := range c.ErrorKinds {
+			if rep.ErrorKinds == nil {
+				rep.ErrorKinds = map[string]int{}
+			}
+			rep.ErrorKinds[k] += v
 		}
-	}
-	readers.Wait()
-	errs.mu.Lock()
-	rep.ErrorKinds = errs.kinds
-	errs.mu.Unlock()
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
 	}
 	for i, nd := range rep.Nodes {
 		gauge := "—"
