@@ -86,8 +86,8 @@ func printScale(w io.Writer, rep *report, sc *scaleReport) {
 }
 
 func printWatches(w io.Writer, wr *watchReport) {
-	fmt.Fprintf(w, "\nWatches (elanous): %d members each hold GET /v1/primary?index=<current>&wait=%s on every candidate (%d per candidate from each of %d loopback addresses), opened in %.1f s and held %.0f s:\n\n",
-		wr.PerCandidate, wr.Wait, wr.PerAddress, wr.Addresses, wr.OpenSeconds, wr.HoldSeconds)
+	fmt.Fprintf(w, "\nWatches (elanous): %d members each hold GET /v1/primary?index=<current>&wait=%s on every candidate (%d per candidate from each of %d loopback addresses), opened in %.1f s and held %.0f s; leader changes meanwhile: %d (the term moved by %d):\n\n",
+		wr.PerCandidate, wr.Wait, wr.PerAddress, wr.Addresses, wr.OpenSeconds, wr.HoldSeconds, wr.LeaderChanges, wr.TermChange)
 	fmt.Fprintf(w, "| candidate | held | refused (429) | answered | other status | failed | its blocking-query count | RSS before | highest RSS (sampled) | peak RSS (kernel) |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for i, nd := range wr.Nodes {
 		gauge := "—"

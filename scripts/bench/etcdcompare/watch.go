@@ -47,6 +47,10 @@ type watchReport struct {
 	// without an answer) by their text.
 	ErrorKinds map[string]int `json:"errorKinds,omitempty"`
 	Peaks      []nodePeak     `json:"peaks"`
+	// LeaderChanges and TermChange are counted as in the calm run: a new
+	// leader's claim changes the primary, which answers every watch.
+	LeaderChanges int    `json:"leaderChanges"`
+	TermChange    uint64 `json:"termChange"`
 }
 
 // watchNode is one candidate's side of the watch phase.
@@ -410,6 +414,11 @@ func runWatches(ctx context.Context, s *elanousSystem, o options, pr *printer) (
 		token = s.token
 	}
 	base := s.sample()
+	before, err := s.leadership(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pids := s.pids()
 	var cfgs []holderConfig
 	for i, node := range s.nodes {
 		idx, err := s.primaryIndex(ctx, i)
@@ -486,6 +495,12 @@ func runWatches(ctx context.Context, s *elanousSystem, o options, pr *printer) (
 			rep.ErrorKinds[k] += v
 		}
 	}
+	after, err := s.leadership(ctx)
+	if err != nil {
+		return nil, err
+	}
+	_, rep.LeaderChanges, rep.TermChange = leaderChanges(before, after, s.restartedSince(pids, rep.Peaks))
+	pr.logf("elanous: watches: %d leader changes, term moved by %d", rep.LeaderChanges, rep.TermChange)
 	for i, nd := range rep.Nodes {
 		gauge := "—"
 		if nd.BlockingQueries != nil {
