@@ -52,6 +52,7 @@ type elanousSystem struct {
 	procs             *procs
 	nodes             []*elanousNode
 	token             string // the member token
+	queryToken        string // the query token (blocking watches, as a member's resolver sends)
 	env, passed       []string
 	status            *http.Client
 }
@@ -197,7 +198,7 @@ func (s *elanousSystem) initTokens(ctx context.Context) error {
 	if !wire.ValidToken(t.Member) {
 		return errors.New("tokens file has no well-formed member token")
 	}
-	s.token = t.Member
+	s.token, s.queryToken = t.Member, t.Query
 	return nil
 }
 
