@@ -94,6 +94,12 @@ func (s *Server) routeTable(metricsAuth bool) []route {
 		read(get, "/v1/tokens/member", answer(http.StatusOK, s.listTokens), ScopeAdmin),
 
 		read(get, "/v1/cluster/status", s.clusterStatus, ScopeQuery),
+
+		read(get, "/v1/cluster/peers", answer(http.StatusOK, s.listPeers), ScopeQuery),
+		write(post, "/v1/cluster/peers", s.addPeer, ScopeAdmin, fsm.TableCandidates, defaultBudget),
+		write(del, "/v1/cluster/peers/:machine", noContent(s.removePeer), ScopeAdmin, fsm.TableCandidates, defaultBudget),
+		write(post, "/v1/cluster/peers/:machine/promote", answer(http.StatusOK, s.promotePeer), ScopeAdmin, fsm.TableCandidates, defaultBudget),
+		write(post, "/v1/cluster/peers/:machine/demote", answer(http.StatusOK, s.demotePeer), ScopeAdmin, fsm.TableCandidates, defaultBudget),
 	}
 }
 

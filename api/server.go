@@ -89,6 +89,7 @@ func New(d Deps) *Server {
 	s.metrics = newMetrics(d.Registry, d.Node)
 	if d.Node != nil {
 		d.Node.SetFormatProbe(s.probeFormat)
+		d.Node.SetHealthProbe(s.probeHealth)
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true

@@ -179,7 +179,8 @@ func (n *Node) Peers() []Peer {
 // the latest probe for another server, nil when it was never probed.
 func (n *Node) peerHealth(machine string) *PeerHealth {
 	if machine == n.cfg.ID {
-		return &PeerHealth{Reachable: true, AppliedIndex: n.fsm.AppliedIndex(), ProbedAt: time.Now()}
+		now := time.Now()
+		return &PeerHealth{Reachable: true, AppliedIndex: n.fsm.AppliedIndex(), ProbedAt: now, CaughtUpSince: now}
 	}
 	n.members.mu.Lock()
 	defer n.members.mu.Unlock()
@@ -242,7 +243,7 @@ func (n *Node) AddPeer(ctx context.Context, spec PeerSpec) (PeerChange, error) {
 			return PeerChange{}, fmt.Errorf("%w: %s already has raft address %s", ErrPeerExists, s.ID, s.Address)
 		}
 	}
-	for _, c := range n.fsm.Candidates() {
+	for _, c := range n.Candidates() {
 		if c.Machine != spec.Machine && c.URL == spec.URL {
 			return PeerChange{}, fmt.Errorf("%w: %s already has url %s", ErrPeerExists, c.Machine, c.URL)
 		}
