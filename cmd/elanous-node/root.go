@@ -46,6 +46,8 @@ precedence.`,
 		newJoinCmd(),
 		newBenchCmd(),
 		newHealthCmd(),
+		newPeersCmd(),
+		newRecoverCmd(),
 		newVersionCmd(),
 	)
 	return cmd

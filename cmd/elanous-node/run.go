@@ -46,6 +46,7 @@ func startCandidate(cfg config.Config, tokens wire.TokensFile, logger *slog.Logg
 	for _, c := range cfg.Cluster.Candidates {
 		cands = append(cands, cluster.Candidate{Machine: c.Machine, URL: c.URL, Raft: c.Raft})
 	}
+	cands = withSelf(cfg, cands)
 	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on http.addr %s: %w", cfg.HTTP.Addr, err)
