@@ -296,3 +296,41 @@ func TestPeers_QuorumCheck(t *testing.T) {
 		t.Errorf("%s suffrage after a forced removal = %q, want none", other.Machine, s)
 	}
 }
+
+// With mutual TLS Raft a node admits only peers its candidate set names:
+// a server added with peers add is admitted by every node (the set comes
+// from the replicated directory, no configuration edit), catches up and
+// takes part in the quorum.
+func TestPeers_AddOverTLS(t *testing.T) {
+	c := apitest.Start(t, tlsOptions())
+	client := c.PKI.HTTPClient("")
+	di, req := c.StartWaiting("node-d")
+	f := c.Nodes[c.Follower()]
+	body, _ := json.Marshal(req)
+	status, answer, err := tlsDo(t, client, http.MethodPost, f.URL+"/v1/cluster/peers", c.Tokens.Admin, string(body))
+	if err != nil || status != http.StatusCreated {
+		t.Fatalf("POST /v1/cluster/peers over https = %d %s, %v; want 201", status, answer, err)
+	}
+	testutil.WaitFor(t, "node-d promoted", 15*time.Second, func() bool { return c.Suffrage(c.Leader(), "node-d") == wire.SuffrageVoter })
+	testutil.WaitFor(t, "node-d ready", 10*time.Second, c.Nodes[di].Node.Ready)
+	for _, n := range c.Nodes[:3] {
+		if _, ok := n.Node.Candidate("node-d"); !ok {
+			t.Errorf("%s does not resolve node-d", n.Machine)
+		}
+	}
+	// node-d takes part in the quorum: with one of the first three stopped,
+	// a write needs three acknowledgements of four voters, node-d's among
+	// them, over mutual TLS.
+	leader := c.Leader()
+	for i := range c.Nodes[:3] {
+		if i != leader {
+			c.StopNode(i)
+			break
+		}
+	}
+	r := c.Leader()
+	status, answer, err = tlsDo(t, client, http.MethodPost, c.Nodes[r].URL+"/v1/leases/port", c.Tokens.Member, acquireJSON)
+	if err != nil || status != http.StatusCreated {
+		t.Fatalf("acquire with node-d in the quorum = %d %s, %v; want 201", status, answer, err)
+	}
+}

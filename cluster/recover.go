@@ -30,12 +30,12 @@ var (
 // process holding it (a running node) makes opening fail instead of hang.
 const storeLockTimeout = time.Second
 
-// openBolt opens the Raft log and stable store at path; ErrNodeRunning when
-// another process holds it.
-func openBolt(path string) (*raftboltdb.BoltStore, error) {
-	opts := *bbolt.DefaultOptions
-	opts.Timeout = storeLockTimeout
-	bolt, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &opts})
+// openBolt opens the Raft log and stable store at path (boltdb's map
+// freelist, not synced with noFreelistSync); ErrNodeRunning when another
+// process holds it.
+func openBolt(path string, noFreelistSync bool) (*raftboltdb.BoltStore, error) {
+	opts := &bbolt.Options{Timeout: storeLockTimeout, NoFreelistSync: noFreelistSync, FreelistType: bbolt.FreelistMapType}
+	bolt, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: opts})
 	if errors.Is(err, bbolt.ErrTimeout) {
 		return nil, fmt.Errorf("open raft log store %s: %w", path, ErrNodeRunning)
 	}
@@ -101,7 +101,7 @@ func Recover(cfg RecoverConfig) (RecoverResult, error) {
 	if _, err := os.Stat(filepath.Join(dir, "raft.db")); err != nil {
 		return RecoverResult{}, fmt.Errorf("recover %s: %w (%v)", cfg.DataDir, ErrNoRaftState, err)
 	}
-	bolt, err := openBolt(filepath.Join(dir, "raft.db"))
+	bolt, err := openBolt(filepath.Join(dir, "raft.db"), false)
 	if err != nil {
 		return RecoverResult{}, fmt.Errorf("recover: %w", err)
 	}

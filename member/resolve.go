@@ -183,7 +183,7 @@ func NewResolver(cfg ResolverConfig) (*Resolver, error) {
 		if err != nil {
 			return nil, fmt.Errorf("join file url: %w", err)
 		}
-		v.join = &Join{URL: origin, Machine: cfg.Join.Machine, Tokens: cfg.Join.Tokens.clone(), Candidates: cloneCandidates(cfg.Join.Candidates)}
+		v.join = &Join{URL: origin, Machine: cfg.Join.Machine, Tokens: cfg.Join.Tokens.clone(), CA: cfg.Join.CA, Candidates: cloneCandidates(cfg.Join.Candidates)}
 	}
 	if len(v.candidates) == 0 && r.configURL == "" && v.join == nil && r.localURL == "" {
 		return nil, ErrNoCandidates

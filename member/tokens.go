@@ -145,6 +145,9 @@ type Join struct {
 	Machine string
 	// Tokens are the joined credentials.
 	Tokens Tokens
+	// CA is the PEM of the cluster CA when the cluster runs TLS (the join
+	// file's "ca"); nil for a plaintext cluster.
+	CA []byte
 	// Candidates are the candidates the member learned from the cluster
 	// (GET /v1/cluster/peers, asked with these credentials), written to the
 	// join file as "candidates" (the TypeScript client ignores it). The
@@ -158,7 +161,8 @@ func JoinPath(root string) string { return filepath.Join(root, filepath.FromSlas
 
 // ReadJoinFile reads root/control/join.json as primary.ts readPrimaryJoin
 // does: both the scoped shape {url, tokens} and the machine shape
-// {url, machine, token}, with the URL normalized to its origin. A missing
+// {url, machine, token}, with the URL normalized to its origin, and the
+// cluster CA from "ca" when present (a PEM that does not parse is damage). A missing
 // file returns (nil, nil). Unlike the TypeScript client, which silently
 // ignores such files, a file that group or others may access is refused with
 // an *InsecureFileError, and a damaged file is an error wrapping
@@ -193,6 +197,17 @@ func parseJoin(data []byte) (*Join, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidJoinFile, err)
 	}
+	var ca []byte
+	if raw, present := row["ca"]; present {
+		pemText, ok := jsonString(raw)
+		if !ok {
+			return nil, fmt.Errorf("%w: ca is not a string", ErrInvalidJoinFile)
+		}
+		if _, err := ParseCA([]byte(pemText)); err != nil {
+			return nil, fmt.Errorf("%w: ca: %w", ErrInvalidJoinFile, err)
+		}
+		ca = []byte(pemText)
+	}
 	candidates, err := parseJoinCandidates(row["candidates"])
 	if err != nil {
 		return nil, err
@@ -208,13 +223,13 @@ func parseJoin(data []byte) (*Join, error) {
 		if !okT || !wire.ValidToken(token) {
 			return nil, fmt.Errorf("%w: the token is not 64 lowercase hex characters", ErrInvalidJoinFile)
 		}
-		return &Join{URL: origin, Machine: machine, Tokens: Tokens{ScopeMember: token}, Candidates: candidates}, nil
+		return &Join{URL: origin, Machine: machine, Tokens: Tokens{ScopeMember: token}, CA: ca, Candidates: candidates}, nil
 	}
 	tokens, err := decodeScopedTokens(row["tokens"])
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidJoinFile, err)
 	}
-	return &Join{URL: origin, Tokens: tokens, Candidates: candidates}, nil
+	return &Join{URL: origin, Tokens: tokens, CA: ca, Candidates: candidates}, nil
 }
 
 // parseJoinCandidates decodes the optional "candidates" of a join file: an
@@ -307,7 +322,8 @@ func jsonString(raw json.RawMessage) (string, bool) {
 //
 // A machine join (j.Machine set) must carry exactly one token, the member
 // one, and is written as {url, machine, token}; otherwise j.Tokens must hold
-// at least one scoped token and is written as {url, tokens}. Learned
+// at least one scoped token and is written as {url, tokens}. A CA (PEM) is
+// written as "ca", which the TypeScript client ignores. Learned
 // candidates (j.Candidates) are written as "candidates".
 func WriteJoinFile(root string, j Join) error {
 	origin, err := wire.ParseOrigin(j.URL)
@@ -318,6 +334,12 @@ func WriteJoinFile(root string, j Join) error {
 		return fmt.Errorf("write join file: %w", err)
 	}
 	value := wire.JoinFile{URL: origin}
+	if j.CA != nil {
+		if _, err := ParseCA(j.CA); err != nil {
+			return fmt.Errorf("write join file: %w", err)
+		}
+		value.CA = string(j.CA)
+	}
 	if j.Machine != "" {
 		if !wire.ValidMachine(j.Machine) {
 			return fmt.Errorf("write join file: invalid machine %q", j.Machine)

@@ -18,15 +18,23 @@ import (
 // index and the request that adds it (POST /v1/cluster/peers).
 func (c *Cluster) StartWaiting(machine string) (int, wire.AddPeerRequest) {
 	c.t.Helper()
-	trans, err := raft.NewTCPTransport("127.0.0.1:0", nil, 3, 2*time.Second, nil)
-	if err != nil {
-		c.t.Fatalf("raft transport: %v", err)
+	var trans raft.Transport
+	var raftAddr string
+	scheme := "http://"
+	if c.PKI != nil {
+		raftAddr, scheme = freeAddr(c.t), "https://" // cluster.New opens the TLS transport
+	} else {
+		tcp, err := raft.NewTCPTransport("127.0.0.1:0", nil, 3, 2*time.Second, nil)
+		if err != nil {
+			c.t.Fatalf("raft transport: %v", err)
+		}
+		trans, raftAddr = tcp, string(tcp.LocalAddr())
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		c.t.Fatalf("listen: %v", err)
 	}
-	cand := cluster.Candidate{Machine: machine, URL: "http://" + ln.Addr().String(), Raft: string(trans.LocalAddr())}
+	cand := cluster.Candidate{Machine: machine, URL: scheme + ln.Addr().String(), Raft: raftAddr}
 	c.cands = append(c.cands, cand)
 	c.trans = append(c.trans, trans)
 	c.Nodes = append(c.Nodes, &Node{Machine: machine, URL: cand.URL, joined: true,
