@@ -312,6 +312,11 @@ func (n *Node) RemovePeer(ctx context.Context, machine string, force bool) (Peer
 		index = future.Index()
 		n.log.Info("removed a server", "server", machine, "suffrage", suffrageName(server.Suffrage), "forced", force)
 	}
+	if inDir && inRaft && machine == n.cfg.ID {
+		// This node steps down once its removal commits: the next leader
+		// drops its directory entry (maintain).
+		return PeerChange{Index: index}, nil
+	}
 	if inDir {
 		applied, err := n.apply(ctx, fsm.RemoveCandidate{Header: fsm.Header{Now: l.now()}, Machine: machine}, 0)
 		switch {

@@ -236,6 +236,10 @@ func New(cfg Config) (*Node, error) {
 	rc.MaxAppendEntries = cfg.MaxAppendEntries
 	rc.BatchApplyCh = cfg.BatchApply
 	rc.NotifyCh = n.notifyCh
+	// A server removed from the configuration (peers remove) keeps running
+	// as a follower of no cluster, like a node waiting to be added, rather
+	// than shutting raft down under a running API.
+	rc.ShutdownOnRemove = false
 	rc.Logger = raftLogger(cfg)
 	if err := raft.ValidateConfig(rc); err != nil {
 		n.closeAll()
