@@ -60,6 +60,11 @@ func TestRecover_LostQuorum(t *testing.T) {
 	survivor := tc.cfgs[si]
 	for i, n := range tc.nodes {
 		if i != si {
+			// Lost, not stopped: no leadership hand-over to the survivor
+			// (whose claim would then be in its log).
+			if err := n.raft.Shutdown().Error(); err != nil {
+				t.Fatalf("shutdown %s: %v", n.ID(), err)
+			}
 			closeNode(t, n)
 		}
 	}
