@@ -18,6 +18,7 @@ import (
 func (n *Node) maintainMembers(ctx context.Context, l *leadership) {
 	n.members.mu.Lock()
 	n.members.health, n.members.term = map[string]PeerHealth{}, l.term
+	n.members.warned = map[string]bool{}
 	n.members.mu.Unlock()
 	defer func() {
 		n.members.mu.Lock()
@@ -79,7 +80,7 @@ func (n *Node) maintainOnce(ctx context.Context, l *leadership) {
 			if conf, ok := n.configured(id); ok {
 				entry = fsm.Candidate{Machine: id, URL: conf.URL, Raft: string(s.Address), Voter: s.Suffrage == raft.Voter}
 				n.putDirectory(ctx, l, fsm.PutCandidate{Candidate: entry}, "added a server's directory entry from the configuration")
-			} else {
+			} else if n.warnOnce(id) {
 				n.log.Warn("a server has no directory entry and no configured url; run peers add for it again", "server", id)
 			}
 			continue
@@ -117,7 +118,9 @@ func (n *Node) seedDirectory(ctx context.Context, l *leadership, servers []raft.
 	for _, s := range servers {
 		conf, ok := n.configured(string(s.ID))
 		if !ok {
-			n.log.Warn("cannot seed a server in the candidate directory: no configured url", "server", s.ID)
+			if n.warnOnce(string(s.ID)) {
+				n.log.Warn("cannot seed a server in the candidate directory: no configured url", "server", s.ID)
+			}
 			continue
 		}
 		entry := fsm.Candidate{Machine: conf.Machine, URL: conf.URL, Raft: string(s.Address), Voter: s.Suffrage == raft.Voter}
@@ -220,4 +223,16 @@ func (n *Node) caughtUpFor(machine string) time.Duration {
 		return -1
 	}
 	return time.Since(h.CaughtUpSince)
+}
+
+// warnOnce reports whether the warning about machine's missing URL is due:
+// once per machine and term, not at every pass.
+func (n *Node) warnOnce(machine string) bool {
+	n.members.mu.Lock()
+	defer n.members.mu.Unlock()
+	if n.members.warned == nil || n.members.warned[machine] {
+		return false
+	}
+	n.members.warned[machine] = true
+	return true
 }

@@ -119,6 +119,7 @@ type members struct {
 	mu     sync.Mutex
 	health map[string]PeerHealth // by machine; guarded by mu; nil while not leading
 	term   uint64                // the term health belongs to; guarded by mu
+	warned map[string]bool       // servers warned about this term; guarded by mu
 }
 
 // SetHealthProbe replaces Config.HealthProbe. Without one every server
