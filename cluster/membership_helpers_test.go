@@ -167,3 +167,20 @@ func (tc *testCluster) others(i int) []int {
 	}
 	return out
 }
+
+// addPeer adds spec through whichever node leads, again after a leadership
+// change (a two-voter cluster under load may lose its leader for a moment;
+// adding is idempotent).
+func (tc *testCluster) addPeer(spec PeerSpec) PeerChange {
+	tc.t.Helper()
+	var change PeerChange
+	testutil.Poll(tc.t, "add "+spec.Machine, 20*time.Second, func() error {
+		var err error
+		change, err = tc.nodes[tc.readyLeader()].AddPeer(context.Background(), spec)
+		if err != nil && !errors.Is(err, ErrNoLeader) && !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrNotReady) {
+			tc.t.Fatalf("AddPeer(%s) error = %v", spec.Machine, err)
+		}
+		return err
+	})
+	return change
+}

@@ -136,9 +136,7 @@ func TestRecover_LostQuorum(t *testing.T) {
 	// Two fresh servers join, catch up and vote.
 	for _, id := range []string{"node-d", "node-e"} {
 		_, spec := rc.addWaiting(id, p)
-		if _, err := n.AddPeer(ctx, spec); err != nil {
-			t.Fatalf("AddPeer(%s) error = %v", id, err)
-		}
+		rc.addPeer(spec)
 		testutil.WaitFor(t, id+" promoted", 10*time.Second, func() bool { return rc.suffrage(0, id) == SuffrageVoter })
 	}
 	var voters []string
