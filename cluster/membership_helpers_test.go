@@ -82,11 +82,19 @@ func membershipTweak(p *probes) func(int, *Config) {
 	}
 }
 
-// newMembershipCluster starts n in-memory nodes with the test probe.
-func newMembershipCluster(t *testing.T, n int) (*testCluster, *probes) {
+// newMembershipCluster starts n in-memory nodes with the test probe and
+// steadyTimeouts (membership tests follow one leader across several steps);
+// extra tweaks apply after them.
+func newMembershipCluster(t *testing.T, n int, extra ...func(int, *Config)) (*testCluster, *probes) {
 	t.Helper()
 	p := newProbes()
-	tc := newTestCluster(t, n, membershipTweak(p))
+	tc := newTestCluster(t, n, func(i int, c *Config) {
+		membershipTweak(p)(i, c)
+		steadyTimeouts(i, c)
+		for _, tw := range extra {
+			tw(i, c)
+		}
+	})
 	p.register(tc.nodes...)
 	return tc, p
 }
@@ -107,6 +115,9 @@ func (tc *testCluster) addWaiting(id string, p *probes) (int, PeerSpec) {
 	s := &Stores{Logs: store, Stable: store, Snapshots: raft.NewInmemSnapshotStore()}
 	cfg := fastConfig(id, cands)
 	cfg.Bootstrap = false
+	// The cluster's raft timing, whatever the test chose.
+	base := tc.cfgs[0]
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = base.HeartbeatTimeout, base.ElectionTimeout, base.LeaderLeaseTimeout
 	cfg.Stores, cfg.Transport = s, tr
 	membershipTweak(p)(len(tc.nodes), &cfg)
 	node, err := New(cfg)
@@ -183,4 +194,10 @@ func (tc *testCluster) addPeer(spec PeerSpec) PeerChange {
 		return err
 	})
 	return change
+}
+
+// steadyTimeouts gives a test that follows one leader across several steps
+// timeouts a loaded machine (-race, 2 cores) does not trip over.
+func steadyTimeouts(_ int, c *Config) {
+	c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 300*time.Millisecond, 300*time.Millisecond, 150*time.Millisecond
 }
