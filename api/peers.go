@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -88,6 +89,7 @@ func (s *Server) addPeer(c echo.Context) error {
 	if err := decodeStrict(c, &req, false); err != nil {
 		return err
 	}
+	auditDetail(c, slog.String("machine", req.Machine), slog.String("url", req.URL), slog.String("raft", req.Raft), slog.Bool("nonvoter", req.Nonvoter))
 	if !wire.ValidCandidate(req.Machine) {
 		return badRequest(fmt.Sprintf("machine %q must match %s", req.Machine, wire.CandidatePatternText))
 	}
@@ -121,6 +123,7 @@ func (s *Server) removePeer(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	auditDetail(c, slog.String("machine", machine), slog.Bool("force", force))
 	if _, err := s.changeMembers(c, func(ctx context.Context) (cluster.PeerChange, error) {
 		return s.node.RemovePeer(ctx, machine, force)
 	}); err != nil {
@@ -136,6 +139,7 @@ func (s *Server) promotePeer(c echo.Context) (wire.Peer, error) {
 	if err != nil {
 		return wire.Peer{}, err
 	}
+	auditDetail(c, slog.String("machine", machine))
 	change, err := s.changeMembers(c, func(ctx context.Context) (cluster.PeerChange, error) { return s.node.PromotePeer(ctx, machine) })
 	if err != nil {
 		return wire.Peer{}, err
@@ -154,6 +158,7 @@ func (s *Server) demotePeer(c echo.Context) (wire.Peer, error) {
 	if err != nil {
 		return wire.Peer{}, err
 	}
+	auditDetail(c, slog.String("machine", machine), slog.Bool("force", force))
 	change, err := s.changeMembers(c, func(ctx context.Context) (cluster.PeerChange, error) {
 		return s.node.DemotePeer(ctx, machine, force)
 	})

@@ -7,13 +7,16 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/elanous/elanous-node/api"
 	"github.com/elanous/elanous-node/api/apitest"
 	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/hashicorp/raft"
+	"golang.org/x/time/rate"
 )
 
 // listPeers reads GET /v1/cluster/peers through url.
@@ -332,5 +335,41 @@ func TestPeers_AddOverTLS(t *testing.T) {
 	status, answer, err = tlsDo(t, client, http.MethodPost, c.Nodes[r].URL+"/v1/leases/port", c.Tokens.Member, acquireJSON)
 	if err != nil || status != http.StatusCreated {
 		t.Fatalf("acquire with node-d in the quorum = %d %s, %v; want 201", status, answer, err)
+	}
+}
+
+// Membership changes are admin actions: one audit line each, on the leader,
+// naming the machine (and force), never a token.
+func TestPeers_Audit(t *testing.T) {
+	c := startGuarded(t, api.Caps{WriteRate: rate.Inf}, apitest.Options{})
+	li, fi := c.Leader(), c.Follower()
+	leader, follower := c.Nodes[li], c.Nodes[fi]
+	testutil.Expect(t, testutil.Call{Method: http.MethodDelete, URL: follower.URL + "/v1/cluster/peers/node-x?force=true",
+		Auth: testutil.Bearer(c.Tokens.Admin)}, http.StatusNotFound)
+	testutil.Expect(t, testutil.Call{Method: http.MethodPost, URL: follower.URL + "/v1/cluster/peers/" + follower.Machine + "/promote",
+		Auth: testutil.Bearer(c.Tokens.Admin)}, http.StatusOK)
+	text := c.audit.String()
+	if strings.Contains(text, c.Tokens.Admin) {
+		t.Fatalf("the audit log holds the admin token:\n%s", text)
+	}
+	want := []struct {
+		action, outcome, machine string
+		status                   float64
+	}{
+		{"peers.remove", wire.CodeNotFound, "node-x", 404},
+		{"peers.promote", "ok", follower.Machine, 200},
+	}
+	lines := c.audit.lines(t)
+	for _, w := range want {
+		found := 0
+		for _, l := range lines {
+			if l["action"] == w.action && l["outcome"] == w.outcome && l["machine"] == w.machine && l["status"] == w.status &&
+				l["node"] == leader.Machine && l["token"] == fingerprint(c.Tokens.Admin) {
+				found++
+			}
+		}
+		if found != 1 {
+			t.Errorf("audit lines for %s %s of %s on %s: %d, want 1:\n%s", w.action, w.outcome, w.machine, leader.Machine, found, text)
+		}
 	}
 }

@@ -81,8 +81,9 @@ func (p *problems) addErr(key string, err error) {
 // errors.Join, each message starting with the key it is about; nil means c
 // can be served. It checks names, addresses and URLs, the candidate list
 // (no duplicates; non-empty and naming this node unless cluster.bootstrap is
-// false; this node's entry consistent with its advertise addresses), Raft timing (hashicorp/raft's rules), port bands and
-// log settings.
+// false; this node's entry consistent with its advertise addresses), Raft
+// timing (hashicorp/raft's rules), port bands and log settings, and the local
+// abuse limits (limits.*).
 func (c Config) Validate() error {
 	var p problems
 	c.validateNode(&p)
@@ -92,6 +93,7 @@ func (c Config) Validate() error {
 	c.validatePorts(&p)
 	c.validateLog(&p)
 	c.validateTLS(&p)
+	c.validateLimits(&p)
 	return errors.Join(p...)
 }
 

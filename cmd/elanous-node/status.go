@@ -29,7 +29,8 @@ type statusCandidate struct {
 	Voter         bool   `json:"voter"`
 	Error         string `json:"error,omitempty"`
 
-	counts *wire.Counts // from this candidate's status, when it answered
+	counts *wire.Counts       // from this candidate's status, when it answered
+	limits *wire.LimitsStatus // likewise
 }
 
 // statusPrimary is the resolved primary.
@@ -44,6 +45,8 @@ type statusReport struct {
 	Candidates []statusCandidate `json:"candidates"`
 	Primary    statusPrimary     `json:"primary"`
 	Counts     wire.Counts       `json:"counts"`
+	// Limits are the quotas (and the reporting candidate's own limits).
+	Limits *wire.LimitsStatus `json:"limits,omitempty"`
 }
 
 // statusProbeTimeout bounds each candidate's answer.
@@ -61,7 +64,8 @@ func newStatusCmd() *cobra.Command {
 query scope) and for the primary (GET /v1/primary), then print one row per
 candidate — reachable, Raft state, generation, term, commit and applied index,
 last contact with the leader, voter — followed by the primary (the
-highest-generation claim) and the counts of resources, leases and tokens.
+highest-generation claim), the counts of resources, leases and tokens, and
+the cluster's quotas in force ("elanous-node limits get" shows them in full).
 
 The command fails when no candidate is reachable.`,
 		Example: `  # a dev cluster, query token from the environment
@@ -146,13 +150,13 @@ func collectStatus(ctx context.Context, env *clientEnv) (statusReport, error) {
 	// the first candidate that did.
 	for _, row := range rows {
 		if row.counts != nil && row.URL == addr.URL {
-			report.Counts = *row.counts
+			report.Counts, report.Limits = *row.counts, row.limits
 			return report, nil
 		}
 	}
 	for _, row := range rows {
 		if row.counts != nil {
-			report.Counts = *row.counts
+			report.Counts, report.Limits = *row.counts, row.limits
 			break
 		}
 	}
@@ -192,7 +196,7 @@ func probeCandidate(ctx context.Context, env *clientEnv, r *member.Resolver, c m
 	row.State, row.Generation, row.Term = st.State, st.Generation, st.Term
 	row.CommitIndex, row.AppliedIndex, row.LastContactMs, row.Voter = st.CommitIndex, st.AppliedIndex, st.LastContactMs, st.Voter
 	counts := st.Counts
-	row.counts = &counts
+	row.counts, row.limits = &counts, st.Limits
 	return row
 }
 
@@ -222,7 +226,10 @@ func printStatus(w io.Writer, r statusReport) error {
 	} else {
 		fmt.Fprintf(w, "primary: unknown (no candidate knows a leader; members fall back to %s)\n", r.Primary.URL)
 	}
-	_, err := fmt.Fprintf(w, "counts: %d resources, %d leases, %d tokens\n", r.Counts.Resources, r.Counts.Leases, r.Counts.Tokens)
+	if _, err := fmt.Fprintf(w, "counts: %d resources, %d leases, %d tokens\n", r.Counts.Resources, r.Counts.Leases, r.Counts.Tokens); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, limitsLine(r.Limits))
 	return err
 }
 
