@@ -55,6 +55,8 @@ func (s *Server) leaderOnly(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) leading() error {
 	leader, ok := s.node.Leader()
 	switch {
+	case !ok && s.node.Waiting():
+		return errWaiting
 	case !ok:
 		return cluster.ErrNoLeader
 	case leader.Machine != s.node.ID():

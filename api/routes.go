@@ -100,6 +100,12 @@ func (s *Server) routeTable(metricsAuth bool) []route {
 		read(get, "/v1/cluster/limits", answer(http.StatusOK, s.getLimits), ScopeQuery),
 		// Limits change no table: the forwarding node's apply wait polls.
 		withAudit("limits.set", write(put, "/v1/cluster/limits", answer(http.StatusOK, s.putLimits), ScopeAdmin, fsm.TablePrimary, defaultBudget)),
+
+		read(get, "/v1/cluster/peers", answer(http.StatusOK, s.listPeers), ScopeQuery),
+		withAudit("peers.add", write(post, "/v1/cluster/peers", s.addPeer, ScopeAdmin, fsm.TableCandidates, defaultBudget)),
+		withAudit("peers.remove", write(del, "/v1/cluster/peers/:machine", noContent(s.removePeer), ScopeAdmin, fsm.TableCandidates, defaultBudget)),
+		withAudit("peers.promote", write(post, "/v1/cluster/peers/:machine/promote", answer(http.StatusOK, s.promotePeer), ScopeAdmin, fsm.TableCandidates, defaultBudget)),
+		withAudit("peers.demote", write(post, "/v1/cluster/peers/:machine/demote", answer(http.StatusOK, s.demotePeer), ScopeAdmin, fsm.TableCandidates, defaultBudget)),
 	}
 }
 

@@ -119,6 +119,7 @@ func New(d Deps) *Server {
 	}
 	if d.Node != nil {
 		d.Node.SetFormatProbe(s.probeFormat)
+		d.Node.SetHealthProbe(s.probeHealth)
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true

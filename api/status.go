@@ -38,12 +38,17 @@ func (s *Server) primary() wire.Primary {
 }
 
 func (s *Server) getHealth(c echo.Context) error {
-	return c.JSON(http.StatusOK, health{Status: "ok", Machine: s.node.ID(), FormatLevel: formatLevel})
+	h := health{Status: "ok", Machine: s.node.ID(), FormatLevel: formatLevel}
+	s.healthProgress(&h)
+	return c.JSON(http.StatusOK, h)
 }
 
 // getReady is 200 once a leader is known and its claim is applied here.
 func (s *Server) getReady(c echo.Context) error {
 	if !s.node.Ready() {
+		if s.node.Waiting() {
+			return errWaiting
+		}
 		if _, ok := s.node.Leader(); !ok {
 			return &Error{Status: http.StatusServiceUnavailable, Code: wire.CodeNoLeader, Message: "no leader is known"}
 		}

@@ -113,10 +113,14 @@ func (n *Node) leadTerm(ctx context.Context, l *leadership) {
 		case <-time.After(n.cfg.HeartbeatTimeout):
 		}
 	}
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
 		n.raiseFormat(ctx, l)
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.maintainMembers(ctx, l)
 	}()
 	n.sweepLoop(ctx, l)
 }

@@ -30,6 +30,7 @@ type Node struct {
 	DataDir string
 	ln      net.Listener
 	stopped bool
+	joined  bool // started by StartWaiting: bootstrap off
 }
 
 // Cluster is a running loopback cluster.
@@ -65,8 +66,10 @@ type Options struct {
 	VerifyClients bool
 }
 
-// Start starts a cluster and waits until every node is ready. It is stopped
-// by t.Cleanup.
+// Start starts a cluster and waits until every node is ready and has
+// applied the entries a new cluster's leader appends by itself (the format
+// level, the candidate directory), so a test's own writes are the only ones
+// after it returns. It is stopped by t.Cleanup.
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	if opts.Nodes == 0 {
@@ -120,16 +123,18 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	t.Cleanup(c.Stop)
 	c.WaitReady()
+	c.waitSettled()
 	return c
 }
 
 func (c *Cluster) nodeConfig(i int, trans raft.Transport) cluster.Config {
 	cfg := cluster.Config{
-		ID: c.cands[i].Machine, Candidates: c.cands, Bootstrap: true,
+		ID: c.cands[i].Machine, Candidates: c.cands, Bootstrap: !c.Nodes[i].joined,
 		DataDir: c.Nodes[i].DataDir, Transport: trans,
 		HeartbeatTimeout: c.opts.Timeout, ElectionTimeout: c.opts.Timeout,
 		LeaderLeaseTimeout: c.opts.Timeout / 2, CommitTimeout: c.opts.CommitTimeout,
 		SweepInterval: c.opts.Sweep, FormatCheckInterval: 200 * time.Millisecond,
+		MembershipInterval: 100 * time.Millisecond, ServerStabilization: 300 * time.Millisecond,
 	}
 	if c.PKI != nil {
 		cfg.BindAddr, cfg.Advertise, cfg.TLS = c.cands[i].Raft, c.cands[i].Raft, c.PKI.Store(c.cands[i].Machine)

@@ -49,6 +49,8 @@ precedence.`,
 		newBenchCmd(),
 		newHealthCmd(),
 		newTLSCmd(),
+		newPeersCmd(),
+		newRecoverCmd(),
 		newVersionCmd(),
 	)
 	return cmd

@@ -62,6 +62,7 @@ func startCandidate(cfg config.Config, tokens wire.TokensFile, logger *slog.Logg
 	for _, c := range cfg.Cluster.Candidates {
 		cands = append(cands, cluster.Candidate{Machine: c.Machine, URL: c.URL, Raft: c.Raft})
 	}
+	cands = withSelf(cfg, cands)
 	var store *certs.Store
 	if cfg.TLS.Enabled() {
 		s, err := certs.Load(certs.Files{CA: cfg.TLS.CAFile, Cert: cfg.TLS.CertFile, Key: cfg.TLS.KeyFile}, cfg.Node.ID)
