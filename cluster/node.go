@@ -139,6 +139,7 @@ type Node struct {
 	stats    applyStats
 	batches  batchStats
 	announce announcer
+	ops      opsState
 
 	mu       sync.Mutex
 	probe    FormatProbe // guarded by mu
