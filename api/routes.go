@@ -71,7 +71,7 @@ func (s *Server) routeTable(metricsAuth bool) []route {
 		return route{method: method, path: path, handler: h, scope: scope, write: true, table: table, budget: budget}
 	}
 	const get, post, del = http.MethodGet, http.MethodPost, http.MethodDelete
-	return []route{
+	return append([]route{
 		read(get, "/v1/primary", s.getPrimary, ScopeNone),
 		read(get, "/v1/health", s.getHealth, ScopeNone),
 		read(get, "/v1/ready", s.getReady, ScopeNone),
@@ -94,7 +94,7 @@ func (s *Server) routeTable(metricsAuth bool) []route {
 		read(get, "/v1/tokens/member", answer(http.StatusOK, s.listTokens), ScopeAdmin),
 
 		read(get, "/v1/cluster/status", s.clusterStatus, ScopeQuery),
-	}
+	}, s.opsRoutes()...)
 }
 
 // routes registers the route table. Each route's middleware runs in this

@@ -35,6 +35,9 @@ type Deps struct {
 	// Rand is the random source of lease ids and machine tokens; default
 	// crypto/rand.Reader. Only the leader draws from it.
 	Rand io.Reader
+	// Version is the build's version, reported by /v1/cluster/status and
+	// in snapshot files.
+	Version string
 }
 
 // Server is the HTTP API of one candidate.
@@ -45,6 +48,7 @@ type Server struct {
 	log           *slog.Logger
 	client        *http.Client
 	rand          io.Reader
+	version       string
 	echo          *echo.Echo
 	metrics       *metrics
 	registry      *prometheus.Registry
@@ -84,6 +88,7 @@ func New(d Deps) *Server {
 		log:           d.Logger,
 		client:        d.Client,
 		rand:          d.Rand,
+		version:       d.Version,
 		registry:      d.Registry,
 	}
 	s.metrics = newMetrics(d.Registry, d.Node)

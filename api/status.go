@@ -72,6 +72,8 @@ func (s *Server) clusterStatus(c echo.Context) error {
 			ClaimedAt: st.Primary.ClaimedAt, Index: st.Primary.Index},
 		Counts:    wire.Counts{Resources: st.Counts.Resources, Leases: st.Counts.Leases, Tokens: st.Counts.Tokens},
 		StateHash: st.StateHash,
+		Format:    s.node.FSM().Format(),
+		Version:   s.version,
 	}
 	if cand, ok := s.node.Candidate(st.ID); ok {
 		out.URL = cand.URL

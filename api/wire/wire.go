@@ -167,6 +167,12 @@ type ClusterStatus struct {
 	Counts        Counts          `json:"counts"`
 	StateHash     string          `json:"stateHash"`
 	Raft          json.RawMessage `json:"raft,omitempty"`
+
+	// Format is the cluster's format level as this node has applied it.
+	Format int `json:"format"`
+	// Version is the version of this node's build ("" from a build that
+	// does not say).
+	Version string `json:"version,omitempty"`
 }
 
 // ServerInfo is one member of the Raft configuration.

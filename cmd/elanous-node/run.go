@@ -69,7 +69,7 @@ func startCandidate(cfg config.Config, tokens wire.TokensFile, logger *slog.Logg
 	apiLog := logger.With("node", cfg.Node.ID, "component", "api")
 	srv := api.New(api.Deps{
 		Node: node, Tokens: tokens, Band: api.Band{Start: cfg.Ports.Test.Start, End: cfg.Ports.Test.End},
-		MetricsAuth: cfg.HTTP.MetricsAuth, Logger: apiLog, Registry: reg,
+		MetricsAuth: cfg.HTTP.MetricsAuth, Logger: apiLog, Registry: reg, Version: version,
 	})
 	if cfg.Log.Access {
 		srv.LogRequests(apiLog)
