@@ -128,7 +128,7 @@ func (s *Server) putSnapshot(c echo.Context) (res wire.RestoreResult, err error)
 	_ = rc.SetReadDeadline(deadline)
 	_ = rc.SetWriteDeadline(deadline)
 
-	h, backup, err := readSnapshotFile(http.MaxBytesReader(c.Response().Writer, r.Body, wire.MaxSnapshotBytes))
+	h, backup, err := ReadSnapshotFile(http.MaxBytesReader(c.Response().Writer, r.Body, wire.MaxSnapshotBytes))
 	res.Backup = h
 	if err != nil {
 		return res, err
@@ -162,9 +162,13 @@ func invalidSnapshot(format string, args ...any) *Error {
 	return &Error{Status: http.StatusBadRequest, Code: wire.CodeInvalidSnapshot, Message: fmt.Sprintf(format, args...)}
 }
 
-// readSnapshotFile reads a snapshot file from body and checks it whole (see
-// putSnapshot). It returns the header it read even when a later check fails.
-func readSnapshotFile(body io.Reader) (wire.SnapshotHeader, *fsm.Backup, error) {
+// ReadSnapshotFile reads a snapshot file from body and checks it whole, as
+// a restore does and `snapshot inspect` does offline: the header, the
+// document's length and SHA-256, nothing after the document, every record
+// (fsm.ReadBackup), and the header's figures against the document's. It
+// returns the header it read even when a later check fails; its errors are
+// *Error (400 invalid-snapshot, 413 past wire.MaxSnapshotBytes).
+func ReadSnapshotFile(body io.Reader) (wire.SnapshotHeader, *fsm.Backup, error) {
 	br := bufio.NewReaderSize(body, 64<<10)
 	h, err := wire.ReadSnapshotHeader(br)
 	if err != nil {

@@ -47,6 +47,8 @@ precedence.`,
 		newBenchCmd(),
 		newHealthCmd(),
 		newVersionCmd(),
+		newSnapshotCmd(),
+		newLeaderCmd(),
 	)
 	return cmd
 }
