@@ -81,6 +81,7 @@ type healthReport struct {
 type nodeHealth struct {
 	Machine       string   `json:"machine"`
 	URL           string   `json:"url"`
+	Reachable     bool     `json:"reachable"`
 	Voter         bool     `json:"voter"`
 	Healthy       bool     `json:"healthy"`
 	Lag           int64    `json:"lag"` // log entries behind the leader; -1 unknown
@@ -104,7 +105,7 @@ func judgeHealth(r statusReport, o healthOptions) healthReport {
 		}
 	}
 	for _, c := range r.Candidates {
-		n := nodeHealth{Machine: c.Machine, URL: c.URL, Lag: -1, LastContactMs: c.LastContactMs, Version: c.Version,
+		n := nodeHealth{Machine: c.Machine, URL: c.URL, Reachable: c.Reachable, Lag: -1, LastContactMs: c.LastContactMs, Version: c.Version,
 			AppliedIndex: c.AppliedIndex, StateHash: c.StateHash, Healthy: true}
 		if leader != nil && c.State != "" && leader.LastIndex >= c.LastIndex {
 			n.Lag = int64(leader.LastIndex - c.LastIndex)
@@ -255,12 +256,15 @@ func printHealth(w io.Writer, h healthReport) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  MACHINE\tHEALTHY\tVOTER\tLAG\tLAST CONTACT\tAPPLIED\tSTATE HASH\tVERSION")
 	for _, n := range h.Nodes {
-		lag := "-"
+		lag, contact, applied := "-", "-", "-"
 		if n.Lag >= 0 {
 			lag = fmt.Sprint(n.Lag)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", orDash(n.Machine), yesNo(n.Healthy), yesNo(n.Voter), lag,
-			lastContact(n.LastContactMs), n.AppliedIndex, orDash(short(n.StateHash)), orDash(n.Version))
+		if n.StateHash != "" {
+			contact, applied = lastContact(n.LastContactMs), fmt.Sprint(n.AppliedIndex)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", orDash(n.Machine), yesNo(n.Healthy), yesNo(n.Voter), lag,
+			contact, applied, orDash(short(n.StateHash)), orDash(n.Version))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
