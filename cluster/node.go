@@ -214,7 +214,7 @@ func New(cfg Config) (*Node, error) {
 		n.closeAll()
 		return nil, fmt.Errorf("inspect raft state: %w", err)
 	}
-	r, err := raft.NewRaft(rc, n.fsm, stores.Logs, stores.Stable, stores.Snapshots, trans)
+	r, err := raft.NewRaft(rc, restoreTracker{FSM: n.fsm, restored: &n.ops.restored}, stores.Logs, stores.Stable, stores.Snapshots, trans)
 	if err != nil {
 		n.closeAll()
 		return nil, fmt.Errorf("start raft: %w", err)

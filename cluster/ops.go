@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/elanous/elanous-node/fsm"
@@ -33,9 +35,30 @@ var (
 	ErrRestoreFailed = errors.New("restore failed, nothing changed")
 )
 
-// opsState serializes restores on a node.
+// opsState serializes restores on a node and notes what raft restored.
 type opsState struct {
 	restoreMu sync.Mutex
+	// restored is the applied index of the last snapshot restored into the
+	// state machine (see restoreTracker).
+	restored atomic.Uint64
+}
+
+// restoreTracker is the node's state machine as raft sees it. It notes the
+// applied index of every snapshot restored into it: a restore's snapshot
+// carries an applied index no other snapshot has, so Restore can tell
+// whether raft installed it before it returned an error.
+type restoreTracker struct {
+	*fsm.FSM
+	restored *atomic.Uint64
+}
+
+// Restore restores the snapshot and notes its applied index.
+func (t restoreTracker) Restore(rc io.ReadCloser) error {
+	if err := t.FSM.Restore(rc); err != nil {
+		return err
+	}
+	t.restored.Store(t.FSM.AppliedIndex())
+	return nil
 }
 
 // Backup is a consistent copy of the replicated state for a snapshot save:
@@ -71,7 +94,8 @@ type RestoreResult struct {
 }
 
 // Restore replaces the replicated state with a backup's, through
-// raft.Restore: on the ready leader it rebases the backup once (fsm.Backup's
+// raft.Restore: on the ready leader, once a quorum has confirmed its
+// leadership (ReadIndex), it rebases the backup once (fsm.Backup's
 // Rebase: TTLs rebased as on a claim onto this leader's clock, the claim
 // this leader's at its term, the cluster's candidate directory and format
 // level, indexes past every index used so far), installs those bytes as the
@@ -80,11 +104,22 @@ type RestoreResult struct {
 // ErrOutcomeUnknown (raft aborts them). The sweep loop and the batcher go on
 // in the same term. Restores on one node run one at a time.
 //
+// If leadership is lost after this node installed the backup (a large
+// snapshot keeps both followers busy installing it past the leader's lease),
+// Restore waits for the next leader's claim: applied here after the restored
+// index, it proves that leader holds the restore, and the result names it.
+//
 // Errors: ErrNotLeader (forward to Leader()), ErrNoLeader, ErrNotReady,
 // ErrRestoreFailed and fsm.ErrSnapshotTooNew — none of them changed
 // anything; ErrOutcomeUnknown — this node installed the backup but could not
-// confirm a quorum did (leadership was lost, the deadline passed).
+// confirm a quorum did before ctx ended.
 func (n *Node) Restore(ctx context.Context, b *fsm.Backup) (RestoreResult, error) {
+	// A quorum must answer now: raft.Restore commits ahead of the
+	// followers, and a leader cut off from them would install a state no
+	// one else gets (raft's documented hazard).
+	if err := n.ReadIndex(ctx); err != nil {
+		return RestoreResult{}, err
+	}
 	l, err := n.readyLeadership()
 	if err != nil {
 		return RestoreResult{}, err
@@ -115,7 +150,7 @@ func (n *Node) Restore(ctx context.Context, b *fsm.Backup) (RestoreResult, error
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: index - 1, Term: l.term, Size: int64(len(data))}
 	start := time.Now()
 	rerr := n.raft.Restore(meta, bytes.NewReader(data), timeout)
-	installed := n.fsm.AppliedIndex() == index && n.fsm.Primary().Index == index
+	installed := n.ops.restored.Load() == index
 	switch {
 	case rerr != nil && !installed:
 		if errors.Is(rerr, raft.ErrNotLeader) || errors.Is(rerr, raft.ErrLeadershipLost) {
@@ -123,7 +158,18 @@ func (n *Node) Restore(ctx context.Context, b *fsm.Backup) (RestoreResult, error
 		}
 		return RestoreResult{}, fmt.Errorf("%w: %v", ErrRestoreFailed, rerr)
 	case rerr != nil:
-		return RestoreResult{}, fmt.Errorf("%w: restore installed here, not confirmed by a quorum: %v", ErrOutcomeUnknown, rerr)
+		// Installed here, and leadership was lost before a quorum confirmed
+		// it: typically the leader's lease ran out while both followers were
+		// busy installing a large snapshot (they answer no heartbeat
+		// meanwhile). Every server that can win the next election holds it
+		// by then. A new leader's claim applied here after the restored
+		// index proves it: that leader's log runs through the restore.
+		n.log.Warn("leadership lost during a restore; waiting for the next leader's claim", "index", index, "err", rerr)
+		p, err := n.waitClaimAfter(ctx, l.term, index)
+		if err != nil {
+			return RestoreResult{}, fmt.Errorf("%w: restore installed here, not confirmed by a quorum: %v (%v)", ErrOutcomeUnknown, rerr, err)
+		}
+		return RestoreResult{Index: index, Primary: p, Counts: n.fsm.Counts(), Format: n.fsm.Format()}, nil
 	}
 	n.log.Info("restored a backup", "index", index, "term", l.term, "bytes", len(data), "took", time.Since(start).Round(time.Millisecond))
 	if p := n.fsm.Primary(); p.Holder != n.cfg.ID || p.Generation != n.raft.CurrentTerm() {
@@ -197,6 +243,22 @@ func (n *Node) TransferLeadershipTo(ctx context.Context, to string) (fsm.Primary
 		case <-changed:
 		case <-ctx.Done():
 			return fsm.Primary{}, fmt.Errorf("%w: no new leader's claim applied here: %v", ErrOutcomeUnknown, ctx.Err())
+		}
+	}
+}
+
+// waitClaimAfter waits until this node has applied a claim of a term after
+// term at an index after index, and returns it.
+func (n *Node) waitClaimAfter(ctx context.Context, term, index uint64) (fsm.Primary, error) {
+	for {
+		_, changed := n.fsm.Watch(fsm.TablePrimary)
+		if p := n.fsm.Primary(); p.Generation > term && p.Index > index {
+			return p, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fsm.Primary{}, ctx.Err()
 		}
 	}
 }

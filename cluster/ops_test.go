@@ -11,6 +11,7 @@ import (
 
 	"github.com/elanous/elanous-node/fsm"
 	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/hashicorp/raft"
 )
 
 // register is a machine registration by owner o1 with ttl ms.
@@ -268,5 +269,144 @@ func TestNode_TransferLeadershipTo(t *testing.T) {
 	}
 	if p2.Holder == target.ID() || p2.Generation <= p.Generation {
 		t.Fatalf("TransferLeadershipTo(\"\") = %+v, want another holder above generation %d", p2, p.Generation)
+	}
+}
+
+// gatedSnapshots is a snapshot store whose sinks, once armed, do not close
+// until released: a follower installing a snapshot holds its raft main
+// goroutine there and answers no heartbeat, as a follower busy restoring a
+// large snapshot does.
+type gatedSnapshots struct {
+	raft.SnapshotStore
+	mu   sync.Mutex
+	gate chan struct{} // nil when not armed; guarded by mu
+}
+
+func (g *gatedSnapshots) arm() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.gate = make(chan struct{})
+}
+
+func (g *gatedSnapshots) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gate != nil {
+		close(g.gate)
+		g.gate = nil
+	}
+}
+
+func (g *gatedSnapshots) Create(version raft.SnapshotVersion, index, term uint64, c raft.Configuration, ci uint64, t raft.Transport) (raft.SnapshotSink, error) {
+	sink, err := g.SnapshotStore.Create(version, index, term, c, ci, t)
+	g.mu.Lock()
+	gate := g.gate
+	g.mu.Unlock()
+	return gatedSink{SnapshotSink: sink, gate: gate}, err
+}
+
+type gatedSink struct {
+	raft.SnapshotSink
+	gate chan struct{}
+}
+
+func (s gatedSink) Close() error {
+	if s.gate != nil {
+		<-s.gate
+	}
+	return s.SnapshotSink.Close()
+}
+
+// The leader loses its lease while both followers are installing the
+// restored snapshot (they answer no heartbeat meanwhile). The restore is not
+// lost: every server that can win the next election holds it, Restore waits
+// for the next leader's claim after the restored index and answers with it,
+// and every node converges on the restored records.
+func TestNode_RestoreSurvivesLeadershipLossDuringInstall(t *testing.T) {
+	gates := make([]*gatedSnapshots, 3)
+	tc := newTestCluster(t, 3, func(i int, c *Config) {
+		gates[i] = &gatedSnapshots{SnapshotStore: c.Stores.Snapshots}
+		c.Stores.Snapshots = gates[i]
+	})
+	t.Cleanup(func() {
+		for _, g := range gates {
+			g.release()
+		}
+	})
+	li := tc.readyLeader()
+	leader := tc.nodes[li]
+	mustPropose(t, leader, register("saved", 600_000))
+	_, doc := backupOf(t, leader)
+	mustPropose(t, leader, register("after", 600_000))
+	b, err := fsm.ReadBackup(bytes.NewReader(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := leader.raft.CurrentTerm()
+	for i, g := range gates {
+		if i != li {
+			g.arm()
+		}
+	}
+	type outcome struct {
+		res RestoreResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		res, err := leader.Restore(ctx, b)
+		done <- outcome{res, err}
+	}()
+	testutil.WaitFor(t, "the leader to lose its lease while the followers install", 10*time.Second, func() bool {
+		return leader.raft.CurrentTerm() == term && !leader.IsLeader()
+	})
+	for _, g := range gates {
+		g.release()
+	}
+	out := <-done
+	if out.err != nil {
+		t.Fatalf("Restore() error = %v, want the restore confirmed by the next leader's claim", out.err)
+	}
+	if out.res.Primary.Generation <= term || out.res.Primary.Index <= out.res.Index {
+		t.Fatalf("Restore() = %+v, want a claim of a term after %d at an index after %d", out.res, term, out.res.Index)
+	}
+	tc.waitConverged(out.res.Primary.Index)
+	for _, n := range tc.nodes {
+		if _, ok := n.FSM().Resource("machine:after"); ok {
+			t.Errorf("%s holds machine:after, written after the backup", n.ID())
+		}
+		if _, ok := n.FSM().Resource("machine:saved"); !ok {
+			t.Errorf("%s lost machine:saved", n.ID())
+		}
+	}
+}
+
+// A leader that cannot reach a quorum refuses a restore, which changes
+// nothing: raft.Restore would commit it ahead of followers that may elect
+// another leader without it.
+func TestNode_RestoreNeedsAQuorum(t *testing.T) {
+	tc := newTestCluster(t, 3, slowTimeouts(time.Second, time.Second))
+	li := tc.readyLeader()
+	leader := tc.nodes[li]
+	mustPropose(t, leader, register("saved", 600_000))
+	_, doc := backupOf(t, leader)
+	b, err := fsm.ReadBackup(bytes.NewReader(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := leader.FSM().Hash()
+	tc.isolate(li)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if _, err := leader.Restore(ctx, b); !errors.Is(err, ErrNoLeader) && !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("Restore() on a leader cut off from its followers error = %v, want no leader", err)
+	}
+	if got := leader.FSM().Hash(); got != before {
+		t.Fatalf("state hash after a refused restore = %s, want %s", got, before)
+	}
+	if got := leader.ops.restored.Load(); got != 0 {
+		t.Fatalf("a snapshot at %d was restored, want none", got)
 	}
 }
