@@ -272,9 +272,10 @@ func (s *Server) forwardStream(ctx context.Context, c echo.Context) error {
 		return cluster.ErrNoLeader
 	}
 	in := c.Request()
-	_ = http.NewResponseController(c.Response().Writer).SetReadDeadline(time.Time{})
-	if dl, ok := ctx.Deadline(); ok {
-		_ = http.NewResponseController(c.Response().Writer).SetWriteDeadline(dl)
+	if dl, ok := ctx.Deadline(); ok { // the body streams through for as long as the budget allows
+		rc := http.NewResponseController(c.Response().Writer)
+		_ = rc.SetReadDeadline(dl)
+		_ = rc.SetWriteDeadline(dl)
 	}
 	var body io.Reader = http.NoBody
 	if in.Method != http.MethodGet {
