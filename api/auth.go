@@ -89,7 +89,7 @@ func (s *Server) authenticate(r *http.Request) (Identity, error) {
 	sum := sha256.Sum256([]byte(token))
 	owner := hex.EncodeToString(sum[:8])
 	scope := ScopeNone
-	for _, ct := range s.clusterTokens {
+	for _, ct := range *s.clusterTokens.Load() {
 		if subtle.ConstantTimeCompare(ct.sum[:], sum[:]) == 1 {
 			scope = ct.scope
 		}

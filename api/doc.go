@@ -1,6 +1,7 @@
 // Package api is the HTTP API of an elanous-node candidate (echo).
 //
-// It owns the routes of DESIGN §5, authentication (cluster tokens admin ⊇
+// It owns the routes of the HTTP contract (ARCHITECTURE.md, "The HTTP
+// contract"; README, "HTTP API"), authentication (cluster tokens admin ⊇
 // member ⊇ query, and machine tokens looked up by hash in the replicated
 // state), strict JSON decoding with size limits, forwarding of writes from a
 // follower to the leader, blocking queries and the read headers, one error
@@ -24,4 +25,10 @@
 //
 // Handlers return api/wire types, converted from fsm records in convert.go:
 // the JSON of an fsm record is the snapshot format, not the HTTP format.
+//
+// With Deps.TLS the API is HTTPS (TLS 1.3) with the node's certificate, read
+// at each handshake so a reload reaches new connections, and the forwarding
+// client verifies the leader against the cluster CA (presenting the node's
+// certificate, which an API with verify_incoming_api requires). SetTokens
+// swaps the cluster tokens atomically when tokens.json is reloaded.
 package api

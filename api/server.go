@@ -3,15 +3,18 @@ package api
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/cluster"
+	"github.com/elanous/elanous-node/cluster/certs"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -30,11 +33,18 @@ type Deps struct {
 	Logger      *slog.Logger
 	// Registry receives the API's and the node's metrics; default a new one.
 	Registry *prometheus.Registry
-	// Client forwards writes to the leader; default a pooled client.
+	// Client forwards writes to the leader; default a pooled client (over
+	// TLS, verifying the leader against TLS's CA, when TLS is set).
 	Client *http.Client
 	// Rand is the random source of lease ids and machine tokens; default
 	// crypto/rand.Reader. Only the leader draws from it.
 	Rand io.Reader
+	// TLS, when set, makes the API HTTPS with these certificates; Serve
+	// reads them at each handshake, so a reload reaches new connections.
+	TLS *certs.Store
+	// VerifyClients makes the HTTPS API require a client certificate of the
+	// CA as well as a token (tls.verify_incoming_api).
+	VerifyClients bool
 	// Version is the build's version, reported by /v1/cluster/status and
 	// in snapshot files.
 	Version string
@@ -43,7 +53,7 @@ type Deps struct {
 // Server is the HTTP API of one candidate.
 type Server struct {
 	node          *cluster.Node
-	clusterTokens []clusterToken
+	clusterTokens atomic.Pointer[[]clusterToken] // swapped by SetTokens
 	band          Band
 	log           *slog.Logger
 	client        *http.Client
@@ -70,27 +80,32 @@ func New(d Deps) *Server {
 		d.Rand = rand.Reader
 	}
 	if d.Client == nil {
+		dialer := &net.Dialer{Timeout: 500 * time.Millisecond, KeepAlive: 30 * time.Second}
+		transport := &http.Transport{
+			Proxy:               nil,
+			DialContext:         dialer.DialContext,
+			MaxIdleConns:        128,
+			MaxIdleConnsPerHost: 64,
+			IdleConnTimeout:     90 * time.Second,
+		}
+		if d.TLS != nil {
+			transport.DialTLSContext = d.TLS.DialTLSContext(dialer)
+		}
 		d.Client = &http.Client{
-			Transport: &http.Transport{
-				Proxy:               nil,
-				DialContext:         (&net.Dialer{Timeout: 500 * time.Millisecond, KeepAlive: 30 * time.Second}).DialContext,
-				MaxIdleConns:        128,
-				MaxIdleConnsPerHost: 64,
-				IdleConnTimeout:     90 * time.Second,
-			},
+			Transport:     transport,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
 	}
 	s := &Server{
-		node:          d.Node,
-		clusterTokens: hashTokens(d.Tokens),
-		band:          d.Band,
-		log:           d.Logger,
-		client:        d.Client,
-		rand:          d.Rand,
-		version:       d.Version,
-		registry:      d.Registry,
+		node:     d.Node,
+		band:     d.Band,
+		log:      d.Logger,
+		client:   d.Client,
+		rand:     d.Rand,
+		version:  d.Version,
+		registry: d.Registry,
 	}
+	s.SetTokens(d.Tokens)
 	s.metrics = newMetrics(d.Registry, d.Node)
 	if d.Node != nil {
 		d.Node.SetFormatProbe(s.probeFormat)
@@ -110,15 +125,34 @@ func New(d Deps) *Server {
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(d.Logger.Handler(), slog.LevelWarn),
 	}
+	if d.TLS != nil {
+		auth := tls.NoClientCert
+		if d.VerifyClients {
+			auth = tls.RequireAndVerifyClientCert
+		}
+		s.httpServer.TLSConfig = d.TLS.ServerConfig(auth)
+	}
 	return s
+}
+
+// SetTokens replaces the cluster tokens (admin, member, query) the server
+// accepts; requests authenticated after it returns use the new set. Serve
+// calls it when tokens.json is reloaded.
+func (s *Server) SetTokens(t wire.TokensFile) {
+	hashed := hashTokens(t)
+	s.clusterTokens.Store(&hashed)
 }
 
 // Handler returns the API as an http.Handler (tests use it with httptest).
 func (s *Server) Handler() http.Handler { return s.echo }
 
-// Serve serves the API on ln with the server timeouts of DESIGN §5 until
-// Shutdown. It returns nil after a clean shutdown.
+// Serve serves the API on ln with the server timeouts of the HTTP contract (ReadHeader 5 s, Read 10 s, Write 30 s, Idle 120 s) until
+// Shutdown — over TLS when Deps.TLS was set. It returns nil after a clean
+// shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	if s.httpServer.TLSConfig != nil {
+		ln = tls.NewListener(ln, s.httpServer.TLSConfig)
+	}
 	if err := s.httpServer.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

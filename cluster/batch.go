@@ -18,6 +18,7 @@ import (
 
 // Batching limits. A batch of 64 commands is about 20 KiB; two entries in
 // flight keep the disk and the network busy while the next batch fills.
+// Acquires are not batched (see Propose).
 const (
 	defaultMaxBatch    = 64
 	defaultMaxInflight = 2
@@ -168,25 +169,17 @@ func (b *batcher) run(ctx context.Context) {
 }
 
 // take picks the next batch from pending: up to maxBatch live proposals in
-// order, with at most one acquire (an acquire's fence is its entry's index,
-// which two grants must not share); the rest wait for the next batch.
+// order; the rest wait for the next batch. (Acquires never come here: Propose
+// sends each as an entry of its own, so a batch never holds two grants.)
 func (b *batcher) take(pending []*proposal) (batch, rest []*proposal) {
-	acquire := false
 	for i, p := range pending {
 		if len(batch) == b.maxBatch {
 			rest = append(rest, pending[i:]...)
 			break
 		}
-		isAcquire := p.cmd.Type() == fsm.AcquireLeaseType
-		if isAcquire && acquire {
-			rest = append(rest, p)
-			continue
-		}
-		if !p.state.CompareAndSwap(proposalQueued, proposalTaken) {
-			continue // its caller gave up
-		}
-		acquire = acquire || isAcquire
-		batch = append(batch, p)
+		if p.state.CompareAndSwap(proposalQueued, proposalTaken) {
+			batch = append(batch, p)
+		} // else its caller gave up
 	}
 	return batch, rest
 }

@@ -138,8 +138,11 @@ func TestNode_LoneWriteIsNotBatched(t *testing.T) {
 // The format level rises only to what every server's build knows; until it
 // reaches 2 nothing is batched.
 func TestNode_FormatFollowsTheOldestServer(t *testing.T) {
+	// Every server starts out "old"; once a leader is known, all but one
+	// follower are upgraded. (A leader always knows its own build's level, so
+	// the old server must be a follower.)
 	var mu sync.Mutex
-	levels := map[string]int{"node-a": fsm.MaxFormat, "node-b": 1, "node-c": fsm.MaxFormat}
+	levels := map[string]int{"node-a": 1, "node-b": 1, "node-c": 1}
 	probe := func(_ context.Context, c Candidate) (int, error) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -152,6 +155,14 @@ func TestNode_FormatFollowsTheOldestServer(t *testing.T) {
 	tc := newTestCluster(t, 3, func(_ int, c *Config) { c.FormatProbe = probe })
 	li := tc.readyLeader()
 	leader := tc.nodes[li]
+	old := tc.cfgs[(li+1)%3].ID
+	mu.Lock()
+	for id := range levels {
+		if id != old {
+			levels[id] = fsm.MaxFormat
+		}
+	}
+	mu.Unlock()
 	var wg sync.WaitGroup
 	for w := range 16 {
 		wg.Add(1)
@@ -165,14 +176,14 @@ func TestNode_FormatFollowsTheOldestServer(t *testing.T) {
 	}
 	wg.Wait()
 	if got := leader.FSM().Format(); got != 1 {
-		t.Fatalf("Format() = %d while node-b knows only 1, want 1", got)
+		t.Fatalf("Format() = %d while %s knows only 1, want 1", got, old)
 	}
 	if b, _ := leader.BatchStats(); b != 0 {
 		t.Errorf("BatchStats() = %d batches at format 1, want 0", b)
 	}
-	// node-b is upgraded: the leader raises the level at its next check.
+	// The last one is upgraded: the leader raises the level at its next check.
 	mu.Lock()
-	levels["node-b"] = fsm.MaxFormat
+	levels[old] = fsm.MaxFormat
 	mu.Unlock()
 	tc.waitFormat(li, fsm.MaxFormat)
 	for i := range tc.nodes {

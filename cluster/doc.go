@@ -1,8 +1,10 @@
 // Package cluster runs the Raft node of an elanous-node candidate.
 //
 // It owns the stores (raft-boltdb/v2 for the log and stable store, a file
-// snapshot store under <data_dir>/raft), the TCP transport, bootstrap from the
-// candidate list, and leadership: on winning an election the node reads the
+// snapshot store under <data_dir>/raft), the transport — plain TCP, or mutual
+// TLS (tls_transport.go) where both ends present a certificate of the cluster
+// CA naming a candidate and every RPC must come from the machine its
+// connection's certificate names — bootstrap from the candidate list, and leadership: on winning an election the node reads the
 // wall clock once, then stamps every command with wallAtWin + monotonic
 // elapsed time (the lease clock), so a wall-clock jump on the leader does not
 // move cluster time. Its first command after a Barrier is ClaimPrimary, which

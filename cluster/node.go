@@ -11,9 +11,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/elanous/elanous-node/cluster/certs"
 	"github.com/elanous/elanous-node/fsm"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
 )
 
 // Candidate is one machine that may lead: its name (the Raft server ID), its
@@ -40,14 +42,19 @@ type Config struct {
 	Advertise string
 	// Transport overrides the TCP transport (tests use raft.InmemTransport).
 	Transport raft.Transport
+	// TLS, when set, makes the transport mutual TLS with these certificates:
+	// a peer must present a certificate of the CA naming a candidate, and a
+	// dial to a candidate must reach a certificate naming that candidate.
+	// Ignored when Transport is set.
+	TLS *certs.Store
 
 	HeartbeatTimeout   time.Duration // default 500ms
 	ElectionTimeout    time.Duration // default 500ms
 	LeaderLeaseTimeout time.Duration // default 250ms
 	CommitTimeout      time.Duration // default 50ms
 	SnapshotThreshold  uint64        // default 8192
-	SnapshotInterval   time.Duration // default 120s
-	TrailingLogs       uint64        // default 10240
+	SnapshotInterval   time.Duration // default 5s
+	TrailingLogs       uint64        // default 2048
 	MaxAppendEntries   int           // default 64
 	// Grace is added to every remaining TTL when a new leader claims; default
 	// twice the election timeout.
@@ -62,6 +69,14 @@ type Config struct {
 	MaxBatch int
 	// MaxInflight is how many entries the batcher keeps in flight; default 2.
 	MaxInflight int
+	// BatchApply is hashicorp/raft's BatchApplyCh: the leader takes up to
+	// MaxAppendEntries queued entries per disk write.
+	BatchApply bool
+	// LogCache keeps that many recent entries in memory in front of the log
+	// store (0: none).
+	LogCache int
+	// NoFreelistSync skips boltdb's freelist write on each commit.
+	NoFreelistSync bool
 	// FormatProbe is how the leader learns the other servers' format levels;
 	// see SetFormatProbe.
 	FormatProbe FormatProbe
@@ -93,7 +108,7 @@ func (c *Config) setDefaults() {
 	def(&c.ElectionTimeout, 500*time.Millisecond)
 	def(&c.LeaderLeaseTimeout, 250*time.Millisecond)
 	def(&c.CommitTimeout, 50*time.Millisecond)
-	def(&c.SnapshotInterval, 120*time.Second)
+	def(&c.SnapshotInterval, 5*time.Second)
 	def(&c.Grace, 2*c.ElectionTimeout)
 	def(&c.SweepInterval, 5*time.Second)
 	def(&c.ClaimTimeout, 10*time.Second)
@@ -102,7 +117,7 @@ func (c *Config) setDefaults() {
 		c.SnapshotThreshold = 8192
 	}
 	if c.TrailingLogs == 0 {
-		c.TrailingLogs = 10240
+		c.TrailingLogs = 2048
 	}
 	if c.MaxAppendEntries == 0 {
 		c.MaxAppendEntries = 64
@@ -180,7 +195,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	trans := cfg.Transport
 	if trans == nil {
-		t, err := openTransport(cfg)
+		t, err := openTransport(cfg, n.Candidates, n.log)
 		if err != nil {
 			n.closeStores()
 			return nil, err
@@ -202,6 +217,7 @@ func New(cfg Config) (*Node, error) {
 	rc.SnapshotInterval = cfg.SnapshotInterval
 	rc.TrailingLogs = cfg.TrailingLogs
 	rc.MaxAppendEntries = cfg.MaxAppendEntries
+	rc.BatchApplyCh = cfg.BatchApply
 	rc.NotifyCh = n.notifyCh
 	rc.Logger = raftLogger(cfg)
 	if err := raft.ValidateConfig(rc); err != nil {
@@ -246,7 +262,8 @@ func openStores(cfg Config) (*Stores, io.Closer, error) {
 		return nil, nil, fmt.Errorf("create raft dir: %w", err)
 	}
 	bolt, err := raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(dir, "raft.db"),
+		Path:        filepath.Join(dir, "raft.db"),
+		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: cfg.NoFreelistSync, FreelistType: bbolt.FreelistMapType},
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("open raft log store %s: %w", filepath.Join(dir, "raft.db"), err)
@@ -256,20 +273,44 @@ func openStores(cfg Config) (*Stores, io.Closer, error) {
 		_ = bolt.Close()
 		return nil, nil, fmt.Errorf("open snapshot store: %w", err)
 	}
-	return &Stores{Logs: bolt, Stable: bolt, Snapshots: snaps}, bolt, nil
+	var logs raft.LogStore = bolt
+	if cfg.LogCache > 0 {
+		if logs, err = raft.NewLogCache(cfg.LogCache, bolt); err != nil {
+			_ = bolt.Close()
+			return nil, nil, fmt.Errorf("log cache: %w", err)
+		}
+	}
+	return &Stores{Logs: logs, Stable: bolt, Snapshots: snaps}, bolt, nil
 }
 
-func openTransport(cfg Config) (raft.Transport, error) {
+// openTransport opens the TCP transport, or the mutual TLS one when cfg.TLS
+// is set; peers returns the current candidates (the TLS transport asks at
+// every connection, so a change to the set applies to the next one).
+func openTransport(cfg Config, peers func() []Candidate, log *slog.Logger) (raft.Transport, error) {
+	if cfg.TLS != nil {
+		t, err := newTLSTransport(tlsTransportConfig{
+			BindAddr: cfg.BindAddr, Advertise: cfg.Advertise, Certs: cfg.TLS, Peers: peers,
+			Timeout: transportTimeout, Logger: log, HCLog: raftLogger(cfg),
+		})
+		if err != nil {
+			return nil, err
+		}
+		return t, nil
+	}
 	adv, err := net.ResolveTCPAddr("tcp", cfg.Advertise)
 	if err != nil {
 		return nil, fmt.Errorf("raft advertise address %q: %w", cfg.Advertise, err)
 	}
-	t, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, adv, 3, 5*time.Second, raftLogger(cfg))
+	t, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, adv, 3, transportTimeout, raftLogger(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("raft transport on %s: %w", cfg.BindAddr, err)
 	}
 	return t, nil
 }
+
+// transportTimeout is the Raft transport's I/O deadline per RPC (scaled up
+// for snapshots by raft).
+const transportTimeout = 5 * time.Second
 
 func (n *Node) closeStores() {
 	for _, c := range n.closer {

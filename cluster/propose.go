@@ -34,7 +34,10 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (Applied, error) {
 	if err != nil {
 		return Applied{}, err
 	}
-	if l.batcher != nil && n.fsm.Format() >= 2 {
+	// An acquire is never batched: its fence is its entry's index, which no
+	// other grant may share. Acquires go out as entries of their own, which
+	// raft still writes to disk together (BatchApply).
+	if l.batcher != nil && n.fsm.Format() >= 2 && cmd.Type() != fsm.AcquireLeaseType {
 		return l.batcher.propose(ctx, cmd)
 	}
 	return n.apply(ctx, fsm.Stamp(cmd, l.now()), 0)

@@ -26,6 +26,7 @@ func fastConfig(id string, cands []Candidate) Config {
 		HeartbeatTimeout: 50 * time.Millisecond, ElectionTimeout: 50 * time.Millisecond,
 		LeaderLeaseTimeout: 50 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
 		SweepInterval: 100 * time.Millisecond, FormatCheckInterval: 100 * time.Millisecond,
+		BatchApply: true, LogCache: 64,
 	}
 }
 

@@ -17,15 +17,27 @@ import "github.com/hashicorp/raft"
 // the term change is serialised with dispatchLogs. The price is that a
 // follower busy with a disk write answers a heartbeat after it, not before.
 type mainThreadHeartbeats struct {
-	*raft.NetworkTransport
+	netTransport
+}
+
+// netTransport is what raft uses of a network transport: the RPCs, pre-vote
+// and Close.
+type netTransport interface {
+	raft.Transport
+	raft.WithPreVote
+	raft.WithClose
 }
 
 // SetHeartbeatHandler ignores the fast-path handler raft offers.
 func (mainThreadHeartbeats) SetHeartbeatHandler(func(raft.RPC)) {}
 
-// safeTransport wraps the transports whose heartbeat fast path is unsafe.
+// safeTransport wraps the transports whose heartbeat fast path is unsafe:
+// raft's NetworkTransport and the TLS transport built on it.
 func safeTransport(t raft.Transport) raft.Transport {
-	if nt, ok := t.(*raft.NetworkTransport); ok {
+	switch nt := t.(type) {
+	case *raft.NetworkTransport:
+		return mainThreadHeartbeats{nt}
+	case *tlsTransport:
 		return mainThreadHeartbeats{nt}
 	}
 	return t

@@ -16,6 +16,7 @@ type Config struct {
 	Tokens  TokensConfig  `mapstructure:"tokens"`
 	Ports   PortsConfig   `mapstructure:"ports"`
 	Log     LogConfig     `mapstructure:"log"`
+	TLS     TLSConfig     `mapstructure:"tls"`
 }
 
 // NodeConfig names this node and says where it keeps its state.
@@ -42,7 +43,9 @@ type HTTPConfig struct {
 // RaftConfig configures the Raft transport and timing. The durations and
 // limits mirror hashicorp/raft's Config fields of the same names.
 type RaftConfig struct {
-	// Addr is the host:port the Raft transport listens on (raft.addr).
+	// Addr is the host:port the Raft transport listens on (raft.addr); empty
+	// means Advertise (see BindAddr), so Raft is not exposed on every
+	// interface by default.
 	Addr string `mapstructure:"addr"`
 	// Advertise is the host:port other candidates dial (raft.advertise).
 	Advertise          string        `mapstructure:"advertise"`
@@ -57,6 +60,27 @@ type RaftConfig struct {
 	// Grace is added to every live TTL when a new leader rebases them
 	// (raft.grace); 0 means twice the election timeout (see GraceOrDefault).
 	Grace time.Duration `mapstructure:"grace"`
+	// BatchApply lets the leader take up to max_append_entries queued
+	// entries per disk write (raft.batch_apply; hashicorp/raft's BatchApplyCh).
+	BatchApply bool `mapstructure:"batch_apply"`
+	// LogCache is how many recent log entries are kept in memory so
+	// replication does not read them back from disk (raft.log_cache; 0: none).
+	LogCache int `mapstructure:"log_cache"`
+	// NoFreelistSync skips writing boltdb's freelist on every commit; it is
+	// rebuilt by a scan when the store opens (raft.no_freelist_sync).
+	NoFreelistSync bool `mapstructure:"no_freelist_sync"`
+	// MaxBatch is the most commands one group-commit entry carries
+	// (raft.max_batch; 1 turns group commit off).
+	MaxBatch int `mapstructure:"max_batch"`
+}
+
+// BindAddr returns the address the Raft transport listens on: Addr when set,
+// otherwise Advertise.
+func (r RaftConfig) BindAddr() string {
+	if r.Addr != "" {
+		return r.Addr
+	}
+	return r.Advertise
 }
 
 // GraceOrDefault returns the failover grace added to live TTLs by a new
@@ -124,6 +148,29 @@ type LogConfig struct {
 	Access bool `mapstructure:"access"`
 }
 
+// TLSConfig turns on TLS: HTTPS for the API and mutual TLS for Raft (tls.*).
+// It is on when any of the three files is set, and then all three are needed.
+// Client commands read only CAFile (and, for an API that verifies clients,
+// CertFile and KeyFile).
+type TLSConfig struct {
+	// CAFile is the PEM file of the cluster CA (tls.ca_file): peers, the
+	// leader and API servers are verified against it.
+	CAFile string `mapstructure:"ca_file"`
+	// CertFile and KeyFile are this node's certificate, which must name
+	// node.id (tls.cert_file, tls.key_file); "elanous-node tls cert" makes them.
+	CertFile string `mapstructure:"cert_file"`
+	KeyFile  string `mapstructure:"key_file"`
+	// VerifyIncomingAPI makes the API require a client certificate of the CA
+	// as well as a token (tls.verify_incoming_api).
+	VerifyIncomingAPI bool `mapstructure:"verify_incoming_api"`
+	// AllowPlaintext lets serve listen beyond loopback without TLS
+	// (tls.allow_plaintext); without it such a configuration is refused.
+	AllowPlaintext bool `mapstructure:"allow_plaintext"`
+}
+
+// Enabled reports whether TLS is configured for serving (any file set).
+func (t TLSConfig) Enabled() bool { return t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" }
+
 // Default returns the built-in configuration: every key's default, with no
 // candidates. Load starts from it; a Config from Default alone fails
 // Validate until cluster.candidates is set.
@@ -135,16 +182,19 @@ func Default() Config {
 			Advertise: "http://127.0.0.1:31413",
 		},
 		Raft: RaftConfig{
-			Addr:               "0.0.0.0:31412",
 			Advertise:          "127.0.0.1:31412",
 			HeartbeatTimeout:   500 * time.Millisecond,
 			ElectionTimeout:    500 * time.Millisecond,
 			LeaderLeaseTimeout: 250 * time.Millisecond,
 			CommitTimeout:      50 * time.Millisecond,
 			SnapshotThreshold:  8192,
-			SnapshotInterval:   120 * time.Second,
-			TrailingLogs:       10240,
+			SnapshotInterval:   5 * time.Second,
+			TrailingLogs:       2048,
 			MaxAppendEntries:   64,
+			BatchApply:         true,
+			LogCache:           1024,
+			NoFreelistSync:     true,
+			MaxBatch:           64,
 		},
 		Cluster: ClusterConfig{Bootstrap: true},
 		Ports: PortsConfig{

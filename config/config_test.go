@@ -16,10 +16,12 @@ func threeCandidates() []Candidate {
 	}
 }
 
-// validConfig is Default() with a candidate list: it passes Validate.
+// validConfig is Default() with a candidate list, listening on loopback
+// (plaintext beyond it is refused): it passes Validate.
 func validConfig() Config {
 	c := Default()
 	c.Cluster.Candidates = threeCandidates()
+	c.HTTP.Addr = "127.0.0.1:31413"
 	return c
 }
 
@@ -34,15 +36,16 @@ func TestDefault_Values(t *testing.T) {
 		{"http.addr", d.HTTP.Addr, "0.0.0.0:31413"},
 		{"http.advertise", d.HTTP.Advertise, "http://127.0.0.1:31413"},
 		{"http.metrics_auth", d.HTTP.MetricsAuth, false},
-		{"raft.addr", d.Raft.Addr, "0.0.0.0:31412"},
+		{"raft.addr", d.Raft.Addr, ""},
+		{"raft.addr (bind)", d.Raft.BindAddr(), "127.0.0.1:31412"},
 		{"raft.advertise", d.Raft.Advertise, "127.0.0.1:31412"},
 		{"raft.heartbeat_timeout", d.Raft.HeartbeatTimeout, 500 * time.Millisecond},
 		{"raft.election_timeout", d.Raft.ElectionTimeout, 500 * time.Millisecond},
 		{"raft.leader_lease_timeout", d.Raft.LeaderLeaseTimeout, 250 * time.Millisecond},
 		{"raft.commit_timeout", d.Raft.CommitTimeout, 50 * time.Millisecond},
 		{"raft.snapshot_threshold", d.Raft.SnapshotThreshold, uint64(8192)},
-		{"raft.snapshot_interval", d.Raft.SnapshotInterval, 120 * time.Second},
-		{"raft.trailing_logs", d.Raft.TrailingLogs, uint64(10240)},
+		{"raft.snapshot_interval", d.Raft.SnapshotInterval, 5 * time.Second},
+		{"raft.trailing_logs", d.Raft.TrailingLogs, uint64(2048)},
 		{"raft.max_append_entries", d.Raft.MaxAppendEntries, 64},
 		{"raft.grace", d.Raft.Grace, time.Duration(0)},
 		{"cluster.bootstrap", d.Cluster.Bootstrap, true},
@@ -54,6 +57,7 @@ func TestDefault_Values(t *testing.T) {
 		{"log.level", d.Log.Level, "info"},
 		{"log.format", d.Log.Format, "text"},
 		{"log.access", d.Log.Access, false},
+		{"tls", d.TLS, TLSConfig{}},
 	}
 	for _, c := range checks {
 		if c.got != c.want {

@@ -23,6 +23,9 @@ func TestLoad_DeployExamples(t *testing.T) {
 			if len(cfg.Cluster.Candidates) != 3 {
 				t.Fatalf("candidates = %d, want 3", len(cfg.Cluster.Candidates))
 			}
+			if !cfg.TLS.Enabled() || cfg.TLS.AllowPlaintext {
+				t.Errorf("tls = %+v, want the examples to run with TLS and without allow_plaintext", cfg.TLS)
+			}
 		})
 	}
 }

@@ -38,7 +38,7 @@ var flagKeys = []struct{ flag, key, usage string }{
 	{"data-dir", "node.data_dir", "directory for Raft state and control/tokens.json"},
 	{"http-addr", "http.addr", "host:port the HTTP API listens on"},
 	{"http-advertise", "http.advertise", "origin clients reach this node's API at, e.g. http://10.0.0.1:31413"},
-	{"raft-addr", "raft.addr", "host:port the Raft transport listens on"},
+	{"raft-addr", "raft.addr", "host:port the Raft transport listens on (default: raft.advertise)"},
 	{"raft-advertise", "raft.advertise", "host:port other candidates reach this node's Raft transport at"},
 	{"bootstrap", "cluster.bootstrap", "bootstrap the cluster from cluster.candidates when this node has no Raft state"},
 }
@@ -189,6 +189,10 @@ func setDefaults(v *viper.Viper, d Config) {
 	v.SetDefault("raft.trailing_logs", d.Raft.TrailingLogs)
 	v.SetDefault("raft.max_append_entries", d.Raft.MaxAppendEntries)
 	v.SetDefault("raft.grace", d.Raft.Grace)
+	v.SetDefault("raft.batch_apply", d.Raft.BatchApply)
+	v.SetDefault("raft.log_cache", d.Raft.LogCache)
+	v.SetDefault("raft.no_freelist_sync", d.Raft.NoFreelistSync)
+	v.SetDefault("raft.max_batch", d.Raft.MaxBatch)
 
 	v.SetDefault("cluster.bootstrap", d.Cluster.Bootstrap)
 	v.SetDefault("cluster.candidates", candidateMaps(d.Cluster.Candidates))
@@ -204,6 +208,12 @@ func setDefaults(v *viper.Viper, d Config) {
 	v.SetDefault("log.level", d.Log.Level)
 	v.SetDefault("log.format", d.Log.Format)
 	v.SetDefault("log.access", d.Log.Access)
+
+	v.SetDefault("tls.ca_file", d.TLS.CAFile)
+	v.SetDefault("tls.cert_file", d.TLS.CertFile)
+	v.SetDefault("tls.key_file", d.TLS.KeyFile)
+	v.SetDefault("tls.verify_incoming_api", d.TLS.VerifyIncomingAPI)
+	v.SetDefault("tls.allow_plaintext", d.TLS.AllowPlaintext)
 }
 
 // knownKeys returns the set of every configuration key, as setDefaults registers them.

@@ -219,6 +219,7 @@ cluster:
 tokens:  { file: /srv/elanous/tokens.json }
 ports:   { reserved: [1, 2], test: { start: 40000, end: 40010 }, offline: { start: 40020, end: 40030 } }
 log:     { level: debug, format: json }
+tls:     { allow_plaintext: true }
 `)
 	got, err := Load(LoadOptions{File: file, Env: []string{}})
 	if err != nil {
@@ -239,6 +240,7 @@ log:     { level: debug, format: json }
 	want.Tokens.File = "/srv/elanous/tokens.json"
 	want.Ports = PortsConfig{Reserved: []int{1, 2}, Test: Band{40000, 40010}, Offline: Band{40020, 40030}}
 	want.Log = LogConfig{Level: "debug", Format: "json"}
+	want.TLS.AllowPlaintext = true
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Load() =\n%+v\nwant\n%+v", got, want)
 	}
@@ -335,5 +337,22 @@ func TestEnvVar(t *testing.T) {
 		if got := EnvVar(key); got != want {
 			t.Errorf("EnvVar(%q) = %q, want %q", key, got, want)
 		}
+	}
+}
+
+func TestLoad_TLSKeys(t *testing.T) {
+	file := writeFile(t, `
+tls: { ca_file: /etc/elanous/tls/ca.pem, cert_file: /etc/elanous/tls/node-a.pem, key_file: /etc/elanous/tls/node-a-key.pem }
+`)
+	got, err := Load(LoadOptions{File: file, Env: []string{"ELANOUS_TLS_VERIFY_INCOMING_API=true", "ELANOUS_TLS_KEY_FILE=/k.pem"}})
+	if err != nil {
+		t.Fatalf("Load() error = %v", err)
+	}
+	want := TLSConfig{CAFile: "/etc/elanous/tls/ca.pem", CertFile: "/etc/elanous/tls/node-a.pem", KeyFile: "/k.pem", VerifyIncomingAPI: true}
+	if got.TLS != want {
+		t.Errorf("Load() tls = %+v, want %+v", got.TLS, want)
+	}
+	if _, err := Load(LoadOptions{File: writeFile(t, "tls: { ca: x }\n"), Env: []string{}}); err == nil || !strings.Contains(err.Error(), `"tls.ca"`) {
+		t.Errorf("Load() with an unknown tls key error = %v, want it named", err)
 	}
 }

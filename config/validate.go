@@ -91,6 +91,7 @@ func (c Config) Validate() error {
 	c.validateCluster(&p)
 	c.validatePorts(&p)
 	c.validateLog(&p)
+	c.validateTLS(&p)
 	return errors.Join(p...)
 }
 
@@ -114,7 +115,7 @@ func (c Config) validateHTTP(p *problems) {
 
 func (c Config) validateRaft(p *problems) {
 	r := c.Raft
-	if err := validAddr(r.Addr, false); err != nil {
+	if err := validAddr(r.BindAddr(), false); err != nil {
 		p.addErr("raft.addr", err)
 	}
 	if err := validAddr(r.Advertise, true); err != nil {
@@ -146,6 +147,12 @@ func (c Config) validateRaft(p *problems) {
 	}
 	if r.MaxAppendEntries < 1 || r.MaxAppendEntries > maxAppendEntries {
 		p.add("raft.max_append_entries", "must be 1-%d (got %d)", maxAppendEntries, r.MaxAppendEntries)
+	}
+	if r.LogCache < 0 {
+		p.add("raft.log_cache", "must not be negative (got %d); 0 keeps no cache", r.LogCache)
+	}
+	if r.MaxBatch < 1 || r.MaxBatch > 1024 {
+		p.add("raft.max_batch", "must be 1-1024 (got %d); 1 turns group commit off", r.MaxBatch)
 	}
 	if r.Grace < 0 {
 		p.add("raft.grace", "must not be negative (got %s); 0 means twice raft.election_timeout", r.Grace)
@@ -251,4 +258,50 @@ func (c Config) validateLog(p *problems) {
 	default:
 		p.add("log.format", "%q must be one of text, json", c.Log.Format)
 	}
+}
+
+// validateTLS checks that TLS, when on, is complete and the URLs are https,
+// and that a node without TLS listens only on loopback unless
+// tls.allow_plaintext says otherwise.
+func (c Config) validateTLS(p *problems) {
+	t := c.TLS
+	if !t.Enabled() {
+		if t.VerifyIncomingAPI {
+			p.add("tls.verify_incoming_api", "needs tls.ca_file, tls.cert_file and tls.key_file")
+		}
+		if t.AllowPlaintext {
+			return
+		}
+		for _, l := range []struct{ key, addr string }{{"http.addr", c.HTTP.Addr}, {"raft.addr", c.Raft.BindAddr()}} {
+			if host, _, err := net.SplitHostPort(l.addr); err == nil && !loopback(host) {
+				p.add(l.key, "%q listens beyond loopback but TLS is off, so tokens and Raft entries would cross the network in clear text; "+
+					"set tls.ca_file, tls.cert_file and tls.key_file (see \"elanous-node tls --help\"), "+
+					"or listen on 127.0.0.1, or set tls.allow_plaintext: true", l.addr)
+			}
+		}
+		return
+	}
+	for _, f := range []struct{ key, val string }{{"tls.ca_file", t.CAFile}, {"tls.cert_file", t.CertFile}, {"tls.key_file", t.KeyFile}} {
+		if strings.TrimSpace(f.val) == "" {
+			p.add(f.key, "must be set when TLS is on (tls.ca_file, tls.cert_file and tls.key_file go together)")
+		}
+	}
+	if u, err := url.Parse(strings.TrimSpace(c.HTTP.Advertise)); err == nil && u.Scheme == "http" {
+		p.add("http.advertise", "%q must be https:// with TLS on", c.HTTP.Advertise)
+	}
+	for i, cand := range c.Cluster.Candidates {
+		if u, err := url.Parse(strings.TrimSpace(cand.URL)); err == nil && u.Scheme == "http" {
+			p.add(fmt.Sprintf("%s[%d].url", candidatesKey, i), "%q must be https:// with TLS on", cand.URL)
+		}
+	}
+}
+
+// loopback reports whether host is a loopback address or "localhost"; an
+// empty host (every interface) is not.
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
 }

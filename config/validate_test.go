@@ -92,6 +92,18 @@ func TestConfig_Validate(t *testing.T) {
 			"ports.reserved[0]: port 31509 lies in ports.offline 31500-31509"},
 		{"reserved out of range", func(c *Config) { c.Ports.Reserved = []int{0} }, "ports.reserved[0]: port 0 must be 1-65535"},
 
+		// tls and plaintext
+		{"plaintext on every interface", func(c *Config) { c.HTTP.Addr = "0.0.0.0:31413" },
+			`http.addr: "0.0.0.0:31413" listens beyond loopback but TLS is off`},
+		{"plaintext raft on an address", func(c *Config) { c.Raft.Addr = "10.0.0.1:31412" },
+			`raft.addr: "10.0.0.1:31412" listens beyond loopback but TLS is off`},
+		{"plaintext names the fix", func(c *Config) { c.HTTP.Addr = ":31413" }, "tls.allow_plaintext: true"},
+		{"tls without key", func(c *Config) { c.TLS = tlsOn(); c.TLS.KeyFile = "" }, "tls.key_file: must be set when TLS is on"},
+		{"tls without ca", func(c *Config) { c.TLS = tlsOn(); c.TLS.CAFile = "" }, "tls.ca_file: must be set when TLS is on"},
+		{"tls with http advertise", func(c *Config) { c.TLS = tlsOn() }, `http.advertise: "http://127.0.0.1:31413" must be https:// with TLS on`},
+		{"tls with an http candidate", func(c *Config) { c.TLS = tlsOn() }, `cluster.candidates[1].url: "http://127.0.0.1:31423" must be https:// with TLS on`},
+		{"verify incoming api without tls", func(c *Config) { c.TLS.VerifyIncomingAPI = true }, "tls.verify_incoming_api: needs tls.ca_file"},
+
 		// log
 		{"log level", func(c *Config) { c.Log.Level = "verbose" }, `log.level: "verbose" must be one of debug, info, warn, error`},
 		{"log format", func(c *Config) { c.Log.Format = "xml" }, `log.format: "xml" must be one of text, json`},
@@ -109,6 +121,11 @@ func TestConfig_Validate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// tlsOn is a complete tls section.
+func tlsOn() TLSConfig {
+	return TLSConfig{CAFile: "/etc/elanous/tls/ca.pem", CertFile: "/etc/elanous/tls/node-a.pem", KeyFile: "/etc/elanous/tls/node-a-key.pem"}
 }
 
 func TestConfig_ValidateReportsEveryProblem(t *testing.T) {
@@ -132,7 +149,19 @@ func TestConfig_ValidateAcceptsVariants(t *testing.T) {
 		mutate func(c *Config)
 	}{
 		{"single candidate", func(c *Config) { c.Cluster.Candidates = c.Cluster.Candidates[:1] }},
-		{"listen on all interfaces without host", func(c *Config) { c.HTTP.Addr = ":31413"; c.Raft.Addr = ":31412" }},
+		{"listen on all interfaces without host, plaintext allowed", func(c *Config) {
+			c.HTTP.Addr, c.Raft.Addr, c.TLS.AllowPlaintext = ":31413", ":31412", true
+		}},
+		{"listen on localhost without tls", func(c *Config) { c.HTTP.Addr, c.Raft.Addr = "localhost:31413", "[::1]:31412" }},
+		{"tls with https everywhere on every interface", func(c *Config) {
+			c.TLS = tlsOn()
+			c.TLS.VerifyIncomingAPI = true
+			c.HTTP.Addr, c.Raft.Addr = "0.0.0.0:31413", "0.0.0.0:31412"
+			c.HTTP.Advertise = "https://127.0.0.1:31413"
+			for i := range c.Cluster.Candidates {
+				c.Cluster.Candidates[i].URL = strings.Replace(c.Cluster.Candidates[i].URL, "http:", "https:", 1)
+			}
+		}},
 		{"advertise written differently from candidate url", func(c *Config) { c.HTTP.Advertise = "HTTP://127.0.0.1:31413/" }},
 		{"https candidates with default port", func(c *Config) {
 			c.HTTP.Advertise = "https://a.example"

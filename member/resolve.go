@@ -167,7 +167,7 @@ func NewResolver(cfg ResolverConfig) (*Resolver, error) {
 		if err != nil {
 			return nil, fmt.Errorf("join file url: %w", err)
 		}
-		r.join = &Join{URL: origin, Machine: cfg.Join.Machine, Tokens: cfg.Join.Tokens.clone()}
+		r.join = &Join{URL: origin, Machine: cfg.Join.Machine, Tokens: cfg.Join.Tokens.clone(), CA: cfg.Join.CA}
 	}
 	if len(r.candidates) == 0 && r.configURL == "" && r.join == nil && r.localURL == "" {
 		return nil, ErrNoCandidates

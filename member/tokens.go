@@ -145,6 +145,9 @@ type Join struct {
 	Machine string
 	// Tokens are the joined credentials.
 	Tokens Tokens
+	// CA is the PEM of the cluster CA when the cluster runs TLS (the join
+	// file's "ca"); nil for a plaintext cluster.
+	CA []byte
 }
 
 // JoinPath returns the join file's path under root.
@@ -152,7 +155,8 @@ func JoinPath(root string) string { return filepath.Join(root, filepath.FromSlas
 
 // ReadJoinFile reads root/control/join.json as primary.ts readPrimaryJoin
 // does: both the scoped shape {url, tokens} and the machine shape
-// {url, machine, token}, with the URL normalized to its origin. A missing
+// {url, machine, token}, with the URL normalized to its origin, and the
+// cluster CA from "ca" when present (a PEM that does not parse is damage). A missing
 // file returns (nil, nil). Unlike the TypeScript client, which silently
 // ignores such files, a file that group or others may access is refused with
 // an *InsecureFileError, and a damaged file is an error wrapping
@@ -187,6 +191,17 @@ func parseJoin(data []byte) (*Join, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidJoinFile, err)
 	}
+	var ca []byte
+	if raw, present := row["ca"]; present {
+		pemText, ok := jsonString(raw)
+		if !ok {
+			return nil, fmt.Errorf("%w: ca is not a string", ErrInvalidJoinFile)
+		}
+		if _, err := ParseCA([]byte(pemText)); err != nil {
+			return nil, fmt.Errorf("%w: ca: %w", ErrInvalidJoinFile, err)
+		}
+		ca = []byte(pemText)
+	}
 	_, hasMachine := row["machine"]
 	_, hasToken := row["token"]
 	if hasMachine || hasToken {
@@ -198,13 +213,13 @@ func parseJoin(data []byte) (*Join, error) {
 		if !okT || !wire.ValidToken(token) {
 			return nil, fmt.Errorf("%w: the token is not 64 lowercase hex characters", ErrInvalidJoinFile)
 		}
-		return &Join{URL: origin, Machine: machine, Tokens: Tokens{ScopeMember: token}}, nil
+		return &Join{URL: origin, Machine: machine, Tokens: Tokens{ScopeMember: token}, CA: ca}, nil
 	}
 	tokens, err := decodeScopedTokens(row["tokens"])
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidJoinFile, err)
 	}
-	return &Join{URL: origin, Tokens: tokens}, nil
+	return &Join{URL: origin, Tokens: tokens, CA: ca}, nil
 }
 
 // decodeScopedTokens decodes a JSON object of scope → token, requiring every
@@ -250,7 +265,8 @@ func jsonString(raw json.RawMessage) (string, bool) {
 //
 // A machine join (j.Machine set) must carry exactly one token, the member
 // one, and is written as {url, machine, token}; otherwise j.Tokens must hold
-// at least one scoped token and is written as {url, tokens}.
+// at least one scoped token and is written as {url, tokens}. A CA (PEM) is
+// written as "ca", which the TypeScript client ignores.
 func WriteJoinFile(root string, j Join) error {
 	origin, err := wire.ParseOrigin(j.URL)
 	if err != nil {
@@ -260,6 +276,12 @@ func WriteJoinFile(root string, j Join) error {
 		return fmt.Errorf("write join file: %w", err)
 	}
 	value := wire.JoinFile{URL: origin}
+	if j.CA != nil {
+		if _, err := ParseCA(j.CA); err != nil {
+			return fmt.Errorf("write join file: %w", err)
+		}
+		value.CA = string(j.CA)
+	}
 	if j.Machine != "" {
 		if !wire.ValidMachine(j.Machine) {
 			return fmt.Errorf("write join file: invalid machine %q", j.Machine)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,9 +36,11 @@ type Cluster struct {
 	t      testing.TB
 	Nodes  []*Node
 	Tokens wire.TokensFile
-	cands  []cluster.Candidate
-	trans  []raft.Transport
-	opts   Options
+	// PKI is the cluster's CA and certificates when Options.TLS is set.
+	PKI   *PKI
+	cands []cluster.Candidate
+	trans []raft.Transport
+	opts  Options
 }
 
 // Options tune a cluster. Zero values take fast test defaults.
@@ -52,6 +55,11 @@ type Options struct {
 	// starts (and again at each restart): a counting random source, a
 	// registry the test reads metrics from.
 	API func(i int, d *api.Deps)
+	// TLS runs Raft over mutual TLS and the API over HTTPS, with
+	// certificates of a CA made for the cluster (Cluster.PKI).
+	TLS bool
+	// VerifyClients makes the HTTPS API require client certificates.
+	VerifyClients bool
 }
 
 // Start starts a cluster and waits until every node is ready. It is stopped
@@ -71,11 +79,24 @@ func Start(t testing.TB, opts Options) *Cluster {
 		opts.CommitTimeout = 5 * time.Millisecond
 	}
 	c := &Cluster{t: t, opts: opts, Tokens: wire.TokensFile{Admin: testutil.RandomToken(), Member: testutil.RandomToken(), Query: testutil.RandomToken()}}
+	scheme := "http://"
+	if opts.TLS {
+		c.PKI = NewPKI(t)
+		scheme = "https://"
+	}
 	var lns []net.Listener
 	for i := 0; i < opts.Nodes; i++ {
-		trans, err := raft.NewTCPTransport("127.0.0.1:0", nil, 3, 2*time.Second, nil)
-		if err != nil {
-			t.Fatalf("raft transport: %v", err)
+		var trans raft.Transport
+		var raftAddr string
+		if opts.TLS {
+			// cluster.New opens the TLS transport on a port free a moment ago.
+			raftAddr = freeAddr(t)
+		} else {
+			tcp, err := raft.NewTCPTransport("127.0.0.1:0", nil, 3, 2*time.Second, nil)
+			if err != nil {
+				t.Fatalf("raft transport: %v", err)
+			}
+			trans, raftAddr = tcp, string(tcp.LocalAddr())
 		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -85,8 +106,8 @@ func Start(t testing.TB, opts Options) *Cluster {
 		c.trans = append(c.trans, trans)
 		c.cands = append(c.cands, cluster.Candidate{
 			Machine: fmt.Sprintf("node-%c", 'a'+i),
-			URL:     "http://" + ln.Addr().String(),
-			Raft:    string(trans.LocalAddr()),
+			URL:     scheme + ln.Addr().String(),
+			Raft:    raftAddr,
 		})
 	}
 	dir := t.TempDir()
@@ -100,22 +121,27 @@ func Start(t testing.TB, opts Options) *Cluster {
 }
 
 func (c *Cluster) nodeConfig(i int, trans raft.Transport) cluster.Config {
-	return cluster.Config{
+	cfg := cluster.Config{
 		ID: c.cands[i].Machine, Candidates: c.cands, Bootstrap: true,
 		DataDir: c.Nodes[i].DataDir, Transport: trans,
 		HeartbeatTimeout: c.opts.Timeout, ElectionTimeout: c.opts.Timeout,
 		LeaderLeaseTimeout: c.opts.Timeout / 2, CommitTimeout: c.opts.CommitTimeout,
 		SweepInterval: c.opts.Sweep, FormatCheckInterval: 200 * time.Millisecond,
 	}
+	if c.PKI != nil {
+		cfg.BindAddr, cfg.Advertise, cfg.TLS = c.cands[i].Raft, c.cands[i].Raft, c.PKI.Store(c.cands[i].Machine)
+	}
+	return cfg
 }
 
 func (c *Cluster) startNode(i int, trans raft.Transport, ln net.Listener) {
 	c.t.Helper()
-	node, err := cluster.New(c.nodeConfig(i, trans))
+	cfg := c.nodeConfig(i, trans)
+	node, err := cluster.New(cfg)
 	if err != nil {
 		c.t.Fatalf("cluster.New(%s): %v", c.cands[i].Machine, err)
 	}
-	deps := api.Deps{Node: node, Tokens: c.Tokens}
+	deps := api.Deps{Node: node, Tokens: c.Tokens, TLS: cfg.TLS, VerifyClients: c.opts.VerifyClients}
 	if c.opts.API != nil {
 		c.opts.API(i, &deps)
 	}
@@ -145,11 +171,15 @@ func (c *Cluster) RestartNode(i int) {
 	if !c.Nodes[i].stopped {
 		c.t.Fatalf("RestartNode(%d): node is running", i)
 	}
-	trans, err := raft.NewTCPTransport(c.cands[i].Raft, nil, 3, 2*time.Second, nil)
-	if err != nil {
-		c.t.Fatalf("raft transport: %v", err)
+	var trans raft.Transport
+	if c.PKI == nil {
+		tcp, err := raft.NewTCPTransport(c.cands[i].Raft, nil, 3, 2*time.Second, nil)
+		if err != nil {
+			c.t.Fatalf("raft transport: %v", err)
+		}
+		trans = tcp
 	}
-	ln, err := net.Listen("tcp", c.Nodes[i].URL[len("http://"):])
+	ln, err := net.Listen("tcp", strings.SplitN(c.Nodes[i].URL, "://", 2)[1])
 	if err != nil {
 		c.t.Fatalf("listen: %v", err)
 	}

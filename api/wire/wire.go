@@ -204,6 +204,9 @@ type JoinFile struct {
 	Tokens  map[string]string `json:"tokens,omitempty"`
 	Machine string            `json:"machine,omitempty"`
 	Token   string            `json:"token,omitempty"`
+	// CA is the PEM of the cluster CA when the cluster runs TLS: the member
+	// verifies every candidate against it and needs nothing else.
+	CA string `json:"ca,omitempty"`
 }
 
 // TokensFile is control/tokens.json on a candidate (mode 0600).

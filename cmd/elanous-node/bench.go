@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,7 +35,7 @@ type benchResult struct {
 }
 
 func newBenchCmd() *cobra.Command {
-	var candidates, op string
+	var candidates, op, caFile string
 	var duration time.Duration
 	var concurrency int
 	var asJSON bool
@@ -51,13 +52,29 @@ Operations (--op):
 
 Requests are spread over every candidate given, so followers forward to the
 leader as they would for real members. The member-scope token is read from
-ELANOUS_TOKEN. Leases and resources made by the run are released at the end.`,
-		Example: `  ELANOUS_TOKEN=<member token> elanous-node bench --candidates http://127.0.0.1:31413,http://127.0.0.1:31423,http://127.0.0.1:31433 --duration 10s`,
-		Args:    cobra.NoArgs,
+ELANOUS_TOKEN. Leases and resources made by the run are released at the end.
+
+Against a TLS cluster give the CA (--ca-file, ELANOUS_CA_FILE or tls.ca_file);
+the default candidates are then the https:// URLs of a dev cluster.`,
+		Example: `  ELANOUS_TOKEN=<member token> elanous-node bench --candidates http://127.0.0.1:31413,http://127.0.0.1:31423,http://127.0.0.1:31433 --duration 10s
+  # a "dev --tls" cluster
+  ELANOUS_TOKEN=<member token> elanous-node bench --ca-file <dev data dir>/tls/ca.pem`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			token := os.Getenv("ELANOUS_TOKEN")
 			if token == "" {
 				return errors.New("bench needs a member-scope token in ELANOUS_TOKEN")
+			}
+			cfg, err := loadClientConfig(cmd)
+			if err != nil {
+				return err
+			}
+			ctls, err := loadClientTLS(caFile, cfg, nil)
+			if err != nil {
+				return err
+			}
+			if ctls.ca != nil && !cmd.Flags().Changed("candidates") {
+				candidates = strings.ReplaceAll(candidates, "http://", "https://")
 			}
 			var urls []string
 			for _, u := range strings.Split(candidates, ",") {
@@ -71,10 +88,13 @@ ELANOUS_TOKEN. Leases and resources made by the run are released at the end.`,
 			if len(urls) == 0 {
 				return errors.New("--candidates is required")
 			}
+			if err := ctls.checkURLs(urls...); err != nil {
+				return err
+			}
 			if concurrency < 1 || concurrency > 49 {
 				return errors.New("--concurrency must be between 1 and 49 (one port of the test band each)")
 			}
-			res, err := runBench(cmd.Context(), cmd.ErrOrStderr(), benchSpec{op: op, urls: urls, token: token, duration: duration, concurrency: concurrency})
+			res, err := runBench(cmd.Context(), cmd.ErrOrStderr(), benchSpec{op: op, urls: urls, token: token, duration: duration, concurrency: concurrency, tls: ctls})
 			if err != nil {
 				return err
 			}
@@ -91,6 +111,7 @@ ELANOUS_TOKEN. Leases and resources made by the run are released at the end.`,
 	cmd.Flags().DurationVar(&duration, "duration", 10*time.Second, "how long to run")
 	cmd.Flags().IntVar(&concurrency, "concurrency", 16, "concurrent clients")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	bindCAFile(cmd, &caFile)
 	return cmd
 }
 
@@ -99,10 +120,22 @@ type benchSpec struct {
 	urls        []string
 	duration    time.Duration
 	concurrency int
+	tls         clientTLS // a CA (and certificate) for an HTTPS cluster
 }
 
 func runBench(ctx context.Context, progress io.Writer, spec benchSpec) (benchResult, error) {
-	httpc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	transport := &http.Transport{MaxIdleConnsPerHost: 64}
+	if spec.tls.ca != nil {
+		pool, err := member.ParseCA(spec.tls.ca)
+		if err != nil {
+			return benchResult{}, err
+		}
+		transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		if spec.tls.cert != nil {
+			transport.TLSClientConfig.Certificates = []tls.Certificate{*spec.tls.cert}
+		}
+	}
+	httpc := &http.Client{Timeout: 5 * time.Second, Transport: transport}
 	var mu sync.Mutex
 	var lat []time.Duration
 	errCount := 0
@@ -175,11 +208,16 @@ func runBench(ctx context.Context, progress io.Writer, spec benchSpec) (benchRes
 // A step runs to completion on its own deadline, never cut by the end of the
 // run: a write cancelled in flight could be applied with its answer lost,
 // leaving a lease behind.
+//
+// Each client leases and registers for a machine of its own, bench-<w>: the
+// cluster limits the live leases of one machine (a quarter of the band), and
+// a run's clients must not share that limit.
 func benchStep(c *member.Client, op string, w int) (step func() error, cleanup func(), err error) {
 	bg := context.Background()
 	ctx := bg
+	machine := fmt.Sprintf("bench-%d", w)
 	acquire := func() (wire.PortLease, error) {
-		return c.AcquirePortLease(ctx, wire.AcquireRequest{Machine: "bench", Purpose: fmt.Sprintf("bench-%d", w), TTLMs: 60_000}, "")
+		return c.AcquirePortLease(ctx, wire.AcquireRequest{Machine: machine, Purpose: "bench", TTLMs: 60_000}, "")
 	}
 	switch op {
 	case "renew":
@@ -202,8 +240,8 @@ func benchStep(c *member.Client, op string, w int) (step func() error, cleanup f
 			return c.ReleasePortLease(bg, l.Port, l.LeaseID)
 		}, func() {}, nil
 	case "register":
-		id := fmt.Sprintf("instance:bench/%d", w)
-		reg := wire.RegisterRequest{ID: id, Kind: "instance", Name: id, Machine: "bench", Endpoint: "http://bench", TTLMs: 60_000}
+		id := "instance:" + machine + "/bench"
+		reg := wire.RegisterRequest{ID: id, Kind: "instance", Name: id, Machine: machine, Endpoint: "http://bench", TTLMs: 60_000}
 		if _, err := c.Register(ctx, reg); err != nil {
 			return nil, nil, fmt.Errorf("register a resource: %w", err)
 		}

@@ -19,14 +19,17 @@ import (
 	"github.com/elanous/elanous-node/member"
 )
 
-// Client commands (status, token, lease, resources, member, join) share the
-// way they find the cluster and their credentials:
+// Client commands (status, token, lease, resources, member, join, bench)
+// share the way they find the cluster and their credentials:
 //   - candidates: --candidates, else cluster.candidates of the configuration
 //     (--config or ELANOUS_CLUSTER_CANDIDATES), else the join file's URL;
 //   - token: ELANOUS_TOKEN, else --token-file, else the join file — never a
 //     plain flag, so no token shows up in ps or shell history. A token from
 //     the environment or a token file goes to the candidates listed; a token
-//     from the join file only to the address it was joined for.
+//     from the join file only to the address it was joined for;
+//   - CA: --ca-file, else ELANOUS_CA_FILE, else tls.ca_file, else the join
+//     file's CA; with one, every server is verified against it before a
+//     request (or a token) is sent, and http:// candidates are refused.
 
 // tokenEnv is the environment variable client commands read their token from.
 const tokenEnv = "ELANOUS_TOKEN"
@@ -38,15 +41,17 @@ const commandTimeout = 15 * time.Second
 type clientFlags struct {
 	candidates string
 	tokenFile  string
+	caFile     string
 }
 
-// bind defines --candidates, --token-file and --data-dir on cmd.
+// bind defines --candidates, --token-file, --ca-file and --data-dir on cmd.
 func (f *clientFlags) bind(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.StringVar(&f.candidates, "candidates", "",
 		"comma-separated candidate URLs or machine=URL pairs (default: cluster.candidates from the config, else the join file's URL)")
 	fs.StringVar(&f.tokenFile, "token-file", "",
 		"file holding a bare token or a tokens.json, mode 0600 (used when "+tokenEnv+" is unset; default: the join file)")
+	bindCAFile(cmd, &f.caFile)
 	bindDataDir(cmd)
 }
 
@@ -66,6 +71,7 @@ type clientEnv struct {
 	join       *member.Join // nil when absent or unusable
 	token      string       // from the environment or a token file; "" means the join file's
 	tokenFrom  string
+	tls        clientTLS
 	logger     *slog.Logger
 	httpc      *http.Client
 }
@@ -88,11 +94,17 @@ func (f *clientFlags) env(cmd *cobra.Command, scope member.Scope) (*clientEnv, e
 	if err != nil {
 		return nil, err
 	}
-	e := &clientEnv{scope: scope, dataDir: cfg.Node.DataDir, httpc: &http.Client{},
+	e := &clientEnv{scope: scope, dataDir: cfg.Node.DataDir,
 		logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	join, joinErr := member.ReadJoinFile(e.dataDir)
 	if joinErr == nil {
 		e.join = join
+	}
+	if e.tls, err = loadClientTLS(f.caFile, cfg, e.join); err != nil {
+		return nil, err
+	}
+	if e.httpc, err = e.tls.httpClient(); err != nil {
+		return nil, err
 	}
 
 	switch {
@@ -143,6 +155,13 @@ func (f *clientFlags) env(cmd *cobra.Command, scope member.Scope) (*clientEnv, e
 	}
 	if joinErr != nil {
 		fmt.Fprintf(cmd.ErrOrStderr(), "warning: ignoring the join file: %v\n", joinErr)
+	}
+	urls := make([]string, 0, len(e.candidates))
+	for _, c := range e.candidates {
+		urls = append(urls, c.URL)
+	}
+	if err := e.tls.checkURLs(urls...); err != nil {
+		return nil, fmt.Errorf("candidates from %s: %w", e.from, err)
 	}
 	if e.token != "" {
 		for i := range e.candidates {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,19 +14,25 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/cluster/certs"
 	"github.com/elanous/elanous-node/config"
 )
 
 // devCandidates are the fixed loopback addresses of the dev cluster.
 var devNames = []string{"node-a", "node-b", "node-c"}
 
-// devConfigs returns the configuration of the three dev candidates.
-func devConfigs(dataDir string, basePort int) []config.Config {
+// devConfigs returns the configuration of the three dev candidates; with
+// tlsDir set they use the CA and certificates devTLS wrote there.
+func devConfigs(dataDir string, basePort int, tlsDir string) []config.Config {
+	scheme := "http"
+	if tlsDir != "" {
+		scheme = "https"
+	}
 	var cands []config.Candidate
 	for i, name := range devNames {
 		cands = append(cands, config.Candidate{
 			Machine: name,
-			URL:     fmt.Sprintf("http://127.0.0.1:%d", basePort+10*i),
+			URL:     fmt.Sprintf("%s://127.0.0.1:%d", scheme, basePort+10*i),
 			Raft:    fmt.Sprintf("127.0.0.1:%d", basePort-1+10*i),
 		})
 	}
@@ -34,13 +41,18 @@ func devConfigs(dataDir string, basePort int) []config.Config {
 		cfg := config.Default()
 		cfg.Node.ID = name
 		cfg.Node.DataDir = filepath.Join(dataDir, name)
-		cfg.HTTP.Addr = strings.TrimPrefix(cands[i].URL, "http://")
+		cfg.HTTP.Addr = strings.TrimPrefix(cands[i].URL, scheme+"://")
 		cfg.HTTP.Advertise = cands[i].URL
 		cfg.Raft.Addr = cands[i].Raft
 		cfg.Raft.Advertise = cands[i].Raft
 		cfg.Cluster.Candidates = cands
 		cfg.Cluster.Bootstrap = true
 		cfg.Tokens.File = filepath.Join(dataDir, "control", "tokens.json")
+		if tlsDir != "" {
+			cfg.TLS.CAFile = filepath.Join(tlsDir, caCertName)
+			cfg.TLS.CertFile = filepath.Join(tlsDir, name+".pem")
+			cfg.TLS.KeyFile = filepath.Join(tlsDir, name+"-key.pem")
+		}
 		out = append(out, cfg)
 	}
 	return out
@@ -49,6 +61,7 @@ func devConfigs(dataDir string, basePort int) []config.Config {
 func newDevCmd() *cobra.Command {
 	var dataDir, logLevel string
 	var basePort int
+	var withTLS bool
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run three candidates in one process on 127.0.0.1 for development",
@@ -61,10 +74,17 @@ func newDevCmd() *cobra.Command {
 Data lives in a temporary directory removed on exit, unless --data-dir is
 given (then the cluster and its tokens survive restarts). The cluster tokens
 are printed once the cluster is ready, with the candidate list to give
-members. Stop it with Ctrl-C.`,
+members. Stop it with Ctrl-C.
+
+With --tls the candidates run as a real cluster would with TLS: a CA and a
+certificate per candidate (for 127.0.0.1 and localhost) are made in
+<data dir>/tls (kept and reused with --data-dir), the API is HTTPS and Raft
+is mutual TLS. Give clients <data dir>/tls/ca.pem (--ca-file).`,
 		Example: `  go run ./cmd/elanous-node dev
   elanous-node dev --data-dir ./dev-data
-  curl -s http://127.0.0.1:31413/v1/primary`,
+  curl -s http://127.0.0.1:31413/v1/primary
+  elanous-node dev --tls --data-dir ./dev-tls
+  curl -s --cacert ./dev-tls/tls/ca.pem https://127.0.0.1:31413/v1/primary`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
@@ -77,7 +97,14 @@ members. Stop it with Ctrl-C.`,
 				defer os.RemoveAll(tmp)
 				dir = tmp
 			}
-			cfgs := devConfigs(dir, basePort)
+			tlsDir := ""
+			if withTLS {
+				tlsDir = filepath.Join(dir, "tls")
+				if err := devTLS(tlsDir); err != nil {
+					return err
+				}
+			}
+			cfgs := devConfigs(dir, basePort, tlsDir)
 			tokens, err := devTokens(cfgs[0].TokensFile())
 			if err != nil {
 				return err
@@ -123,7 +150,36 @@ members. Stop it with Ctrl-C.`,
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "keep the cluster's data here (default: a temporary directory removed on exit)")
 	cmd.Flags().IntVar(&basePort, "http-port", 31413, "HTTP port of node-a; node-b and node-c use +10 and +20, Raft ports are one below each")
 	cmd.Flags().StringVar(&logLevel, "log-level", "warn", "log level of the candidates: debug, info, warn or error")
+	cmd.Flags().BoolVar(&withTLS, "tls", false, "run with TLS: HTTPS API and mutual TLS Raft, with a CA made in <data dir>/tls")
 	return cmd
+}
+
+// devTLS makes, in dir, a CA and a certificate for each dev candidate (for
+// 127.0.0.1 and localhost), keeping the files already there.
+func devTLS(dir string) error {
+	ca, err := readCA(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		if ca, err = certs.NewCA(time.Now(), 0); err == nil {
+			err = writePair(filepath.Join(dir, caCertName), filepath.Join(dir, caKeyName), ca, false)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("dev CA in %s: %w", dir, err)
+	}
+	for _, name := range devNames {
+		certPath, keyPath := filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
+		if _, err := os.Stat(certPath); err == nil {
+			continue
+		}
+		pair, err := certs.NewCert(ca, certs.CertRequest{Machine: name, IPs: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, DNS: []string{"localhost"}}, time.Now())
+		if err != nil {
+			return err
+		}
+		if err := writePair(certPath, keyPath, pair, true); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // devTokens reads the dev cluster's tokens file, creating it on first use.
@@ -162,6 +218,11 @@ func printDevSummary(out io.Writer, running []*candidate, tokens wire.TokensFile
 	fmt.Fprintf(out, "\nprimary: %s (generation %d)\n", leader, gen)
 	fmt.Fprintf(out, "\ntokens (also in %s, mode 0600):\n", running[0].cfg.TokensFile())
 	fmt.Fprintf(out, "  admin   %s\n  member  %s\n  query   %s\n", tokens.Admin, tokens.Member, tokens.Query)
-	fmt.Fprintf(out, "\ntry:\n  curl -s %s/v1/primary\n  ELANOUS_TOKEN=%s elanous-node status --candidates %s\n\nready; Ctrl-C stops the cluster\n",
-		urls[0], tokens.Query, strings.Join(urls, ","))
+	curl, caFlag := "curl -s", ""
+	if ca := running[0].cfg.TLS.CAFile; ca != "" {
+		fmt.Fprintf(out, "\nTLS: CA %s (HTTPS API, mutual TLS Raft)\n", ca)
+		curl, caFlag = "curl -s --cacert "+ca, " --ca-file "+ca
+	}
+	fmt.Fprintf(out, "\ntry:\n  %s %s/v1/primary\n  ELANOUS_TOKEN=%s elanous-node status --candidates %s%s\n\nready; Ctrl-C stops the cluster\n",
+		curl, urls[0], tokens.Query, strings.Join(urls, ","), caFlag)
 }

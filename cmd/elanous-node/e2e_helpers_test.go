@@ -287,10 +287,12 @@ type e2eNode struct {
 	dataDir string
 	config  string // path of the node's elanous.yaml
 	tokens  string // path of the node's tokens file
-	url     string // http://127.0.0.1:port
+	url     string // http://127.0.0.1:port, https:// with TLS
 	raft    string // 127.0.0.1:port
 	proc    *proc
 	starts  int
+	// cert and key are the node's certificate files with TLS.
+	cert, key string
 }
 
 // e2eCluster is a cluster of real `elanous-node serve` processes on loopback.
@@ -298,6 +300,8 @@ type e2eCluster struct {
 	t      *testing.T
 	nodes  []*e2eNode
 	tokens wire.TokensFile
+	// caFile is the cluster CA with TLS (see newE2ETLSCluster); "" without.
+	caFile string
 }
 
 // e2eTimeouts are the Raft timings the test clusters run with: the
@@ -317,9 +321,21 @@ const (
 // nothing.
 func newE2ECluster(t *testing.T, n int) *e2eCluster {
 	t.Helper()
+	return buildE2ECluster(t, n, false)
+}
+
+// buildE2ECluster is newE2ECluster, with TLS (https URLs, certificates of
+// the e2e CA for every node, tls.* in the configs) when withTLS is set.
+func buildE2ECluster(t *testing.T, n int, withTLS bool) *e2eCluster {
+	t.Helper()
 	base := t.TempDir()
 	ports := freePorts(t, 2*n)
 	c := &e2eCluster{t: t}
+	scheme := "http"
+	if withTLS {
+		scheme = "https"
+		c.caFile = writeE2ECA(t, base)
+	}
 	for i := range n {
 		id := fmt.Sprintf("node-%d", i+1)
 		dir := filepath.Join(base, id)
@@ -333,7 +349,7 @@ func newE2ECluster(t *testing.T, n int) *e2eCluster {
 			dataDir: dataDir,
 			config:  filepath.Join(dir, "elanous.yaml"),
 			tokens:  filepath.Join(dataDir, "control", "tokens.json"),
-			url:     fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
+			url:     fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[2*i]),
 			raft:    fmt.Sprintf("127.0.0.1:%d", ports[2*i+1]),
 		})
 	}
@@ -362,6 +378,9 @@ func newE2ECluster(t *testing.T, n int) *e2eCluster {
 	}
 
 	for _, nd := range c.nodes {
+		if withTLS {
+			nd.cert, nd.key = issueE2ECert(t, nd.dir, nd.id)
+		}
 		c.writeConfig(nd, nil)
 	}
 	return c
@@ -375,7 +394,7 @@ func (c *e2eCluster) writeConfig(nd *e2eNode, edit func(doc map[string]any)) {
 	for _, o := range c.nodes {
 		cands = append(cands, map[string]any{"machine": o.id, "url": o.url, "raft": o.raft})
 	}
-	host := strings.TrimPrefix(nd.url, "http://")
+	host := strings.SplitN(nd.url, "://", 2)[1]
 	doc := map[string]any{
 		"node": map[string]any{"id": nd.id, "data_dir": nd.dataDir},
 		"http": map[string]any{"addr": host, "advertise": nd.url},
@@ -388,6 +407,9 @@ func (c *e2eCluster) writeConfig(nd *e2eNode, edit func(doc map[string]any)) {
 		"cluster": map[string]any{"bootstrap": true, "candidates": cands},
 		"tokens":  map[string]any{"file": nd.tokens},
 		"log":     map[string]any{"level": "info"},
+	}
+	if c.caFile != "" {
+		doc["tls"] = map[string]any{"ca_file": c.caFile, "cert_file": nd.cert, "key_file": nd.key}
 	}
 	if edit != nil {
 		edit(doc)
@@ -507,8 +529,13 @@ func (c *e2eCluster) checkLogs(procs ...*proc) {
 }
 
 // e2eClient sends every request of the end-to-end tests: a new connection
-// per request (the tests kill the processes they talk to) and a 3 s bound.
-var e2eClient = testutil.NewClient(3*time.Second, false)
+// per request (the tests kill the processes they talk to) and a 3 s bound. It
+// trusts the e2e CA, so the helpers work on TLS clusters too.
+var e2eClient = func() *http.Client {
+	c := testutil.NewClient(3*time.Second, false)
+	c.Transport.(*http.Transport).TLSClientConfig = e2eClientTLS()
+	return c
+}()
 
 // e2eCall is a request of the end-to-end tests: body, when not nil, is sent
 // as JSON with token's bearer authorization.

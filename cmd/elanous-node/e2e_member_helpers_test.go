@@ -355,7 +355,7 @@ func (c *e2eCluster) issueMachineToken(nd *e2eNode, machine string) string {
 // nodeOf names the node serving host (127.0.0.1:port).
 func (c *e2eCluster) nodeOf(host string) string {
 	for _, nd := range c.nodes {
-		if strings.TrimPrefix(nd.url, "http://") == host {
+		if strings.SplitN(nd.url, "://", 2)[1] == host {
 			return nd.id
 		}
 	}

@@ -65,19 +65,21 @@ func runBin(t *testing.T, env []string, args ...string) cliResult {
 	return res
 }
 
-// urls returns the nodes' API URLs, comma-separated, for --candidates.
-func (c *e2eCluster) urls() string {
-	var out []string
-	for _, nd := range c.nodes {
-		out = append(out, nd.id+"="+nd.url)
+// client runs a CLI command with token against every candidate (and the
+// cluster's CA with TLS).
+func (c *e2eCluster) client(token string, args ...string) cliResult {
+	c.t.Helper()
+	args = append(args, "--candidates", c.cliCandidates())
+	if c.caFile != "" {
+		args = append(args, "--ca-file", c.caFile)
 	}
-	return strings.Join(out, ",")
+	return runBin(c.t, []string{tokenEnv + "=" + token}, args...)
 }
 
 // admin runs a CLI command with the admin token against every candidate.
 func (c *e2eCluster) admin(args ...string) cliResult {
 	c.t.Helper()
-	return runBin(c.t, []string{tokenEnv + "=" + c.tokens.Admin}, append(args, "--candidates", c.urls())...)
+	return c.client(c.tokens.Admin, args...)
 }
 
 // startWith runs `serve --config` for nd with the binary bin.

@@ -313,7 +313,7 @@ func TestE2E_StatusCheckExitCodes(t *testing.T) {
 	c := newE2ECluster(t, 3)
 	leader, _ := c.startAll()
 	check := func(args ...string) cliResult {
-		return runBin(t, []string{tokenEnv + "=" + c.tokens.Query}, append([]string{"status", "--check", "--candidates", c.urls()}, args...)...)
+		return c.client(c.tokens.Query, append([]string{"status", "--check"}, args...)...)
 	}
 	waitCode := func(want int, timeout time.Duration) cliResult {
 		t.Helper()
@@ -370,7 +370,7 @@ func TestE2E_StatusCheckExitCodes(t *testing.T) {
 	t.Logf("status --check, two down:\n%s", r.stdout)
 
 	// No token: the check cannot run.
-	if r := runBin(t, nil, "status", "--check", "--candidates", c.urls()); r.code != exitUnknown {
+	if r := runBin(t, nil, "status", "--check", "--candidates", c.cliCandidates()); r.code != exitUnknown {
 		t.Errorf("status --check without a token: exit %d, want %d\n%s", r.code, exitUnknown, r)
 	}
 }
@@ -401,7 +401,7 @@ func TestE2E_RollingRestartUnderLoad(t *testing.T) {
 	}
 	waitProgress("before the restarts")
 	health := func() cliResult {
-		return runBin(t, []string{tokenEnv + "=" + c.tokens.Query}, "status", "--check", "--candidates", c.urls())
+		return c.client(c.tokens.Query, "status", "--check")
 	}
 	start := time.Now()
 	for _, nd := range c.nodes {
@@ -448,5 +448,49 @@ func TestE2E_RollingRestartUnderLoad(t *testing.T) {
 	c.checkAcked(a, leader, 10*time.Second)
 	for _, nd := range c.nodes {
 		c.checkLogs(nd.proc)
+	}
+}
+
+// TestE2E_OpsOverTLS runs the operations on a cluster with HTTPS and mutual
+// TLS Raft: a snapshot saved and restored through a follower (the body
+// streamed to the leader over the verified forwarding client), a
+// leadership transfer and `status --check` with --ca-file.
+func TestE2E_OpsOverTLS(t *testing.T) {
+	c := buildE2ECluster(t, 3, true)
+	leader, _ := c.startAll()
+	var follower *e2eNode
+	for _, nd := range c.nodes {
+		if nd != leader {
+			follower = nd
+			break
+		}
+	}
+	a := newAckedWrites()
+	c.register(a, leader, "machine:tls-saved")
+	r := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: follower.url + "/v1/snapshot", Auth: testutil.Bearer(c.tokens.Admin), Client: e2eClient})
+	testutil.WantStatus(t, "GET /v1/snapshot through a follower over TLS", r, http.StatusOK)
+	h, err := wire.ReadSnapshotHeader(bufio.NewReader(bytes.NewReader(r.Body)))
+	if err != nil || h.Counts.Resources != 1 || int64(len(r.Body)) != int64(len(h.Line()))+h.Size {
+		t.Fatalf("snapshot through a follower over TLS: header %+v, %v; %d bytes", h, err, len(r.Body))
+	}
+	c.register(a, leader, "machine:tls-after")
+	r = testutil.Send(t, testutil.Call{Method: http.MethodPut, URL: follower.url + "/v1/snapshot", Auth: testutil.Bearer(c.tokens.Admin),
+		Body: string(r.Body), ContentType: wire.SnapshotContentType, Client: e2eClient})
+	testutil.WantStatus(t, "PUT /v1/snapshot through a follower over TLS", r, http.StatusOK)
+	if _, err := c.getResource(follower, "machine:tls-after"); err == nil {
+		t.Errorf("%s still serves machine:tls-after after the restore", follower.id)
+	}
+	if _, err := c.getResource(follower, "machine:tls-saved"); err != nil {
+		t.Errorf("%s after the restore: %v", follower.id, err)
+	}
+	if res := c.admin("leader", "transfer", "--to", follower.id); res.code != 0 {
+		t.Fatalf("leader transfer over TLS:\n%s", res)
+	}
+	if res := c.client(c.tokens.Query, "status", "--check"); res.code != 0 {
+		t.Fatalf("status --check over TLS:\n%s", res)
+	}
+	file := filepath.Join(t.TempDir(), "tls.snap")
+	if res := c.admin("snapshot", "save", file); res.code != 0 {
+		t.Fatalf("snapshot save over TLS:\n%s", res)
 	}
 }

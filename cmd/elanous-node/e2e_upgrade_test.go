@@ -414,7 +414,7 @@ func TestE2E_MixedVersionUpgrade(t *testing.T) {
 		// The README's procedure: the next node only once the cluster is
 		// healthy, old and new builds side by side.
 		testutil.Poll(t, "status --check healthy after upgrading "+nd.id, 20*time.Second, func() error {
-			if r := runBin(t, []string{tokenEnv + "=" + c.tokens.Query}, "status", "--check", "--candidates", c.urls()); r.code != 0 {
+			if r := c.client(c.tokens.Query, "status", "--check"); r.code != 0 {
 				return fmt.Errorf("%s", r.stdout)
 			}
 			return nil

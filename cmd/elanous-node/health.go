@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -10,13 +11,15 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/elanous/elanous-node/member"
 )
 
 func newHealthCmd() *cobra.Command {
 	var (
-		url     string
-		ready   bool
-		timeout time.Duration
+		url, caFile string
+		ready       bool
+		timeout     time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "health [--ready] [--url URL]",
@@ -27,21 +30,42 @@ func newHealthCmd() *cobra.Command {
 
 The node is --url, else http://<http.addr> from the configuration (--config,
 ELANOUS_HTTP_ADDR), with an unspecified host (0.0.0.0, ::) replaced by
-loopback. A FROM scratch image has no curl: deploy/Dockerfile's HEALTHCHECK
+loopback — https:// when the configuration has tls.*, verified against the
+CA (--ca-file, ELANOUS_CA_FILE or tls.ca_file) as the certificate of
+node.id, whatever address it is reached at. A FROM scratch image has no curl: deploy/Dockerfile's HEALTHCHECK
 runs "elanous-node health --ready".`,
 		Example: `  elanous-node health --config /etc/elanous/elanous.yaml --ready
   elanous-node health --url http://10.0.0.1:31413`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			base := url
+			cfg, err := loadCommandConfig(cmd)
+			if err != nil {
+				return err
+			}
+			ctls, err := loadClientTLS(caFile, cfg, nil)
+			if err != nil {
+				return err
+			}
+			base, serverName := url, ""
 			if base == "" {
-				cfg, err := loadCommandConfig(cmd)
+				scheme := "http://"
+				if cfg.TLS.Enabled() {
+					// This node's own certificate names node.id, not
+					// necessarily the loopback address dialled.
+					scheme, serverName = "https://", cfg.Node.ID
+				}
+				base = scheme + loopbackAddr(cfg.HTTP.Addr)
+			}
+			transport := &http.Transport{Proxy: nil}
+			if ctls.ca != nil {
+				pool, err := member.ParseCA(ctls.ca)
 				if err != nil {
 					return err
 				}
-				// TLS: once the API can serve HTTPS, the scheme (and the CA
-				// to trust) comes from the configuration here.
-				base = "http://" + loopbackAddr(cfg.HTTP.Addr)
+				transport.TLSClientConfig = &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12}
+				if ctls.cert != nil {
+					transport.TLSClientConfig.Certificates = []tls.Certificate{*ctls.cert}
+				}
 			}
 			path := "/v1/health"
 			if ready {
@@ -54,7 +78,7 @@ runs "elanous-node health --ready".`,
 			if err != nil {
 				return fmt.Errorf("health check: %w", err)
 			}
-			resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Do(req)
+			resp, err := (&http.Client{Transport: transport}).Do(req)
 			if err != nil {
 				return fmt.Errorf("health check: %w", err)
 			}
@@ -70,6 +94,7 @@ runs "elanous-node health --ready".`,
 	fs.StringVar(&url, "url", "", "the node's API origin (default: http://<http.addr> from the configuration)")
 	fs.BoolVar(&ready, "ready", false, "check /v1/ready instead of /v1/health")
 	fs.DurationVar(&timeout, "timeout", 3*time.Second, "give up after this long")
+	bindCAFile(cmd, &caFile)
 	return cmd
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -15,8 +16,8 @@ import (
 
 func newJoinCmd() *cobra.Command {
 	var (
-		rawURL, tokenFile, machine string
-		offline                    bool
+		rawURL, tokenFile, machine, caFile string
+		offline                            bool
 	)
 	cmd := &cobra.Command{
 		Use:   "join --url URL --token-file F [--machine M] [--data-dir DIR]",
@@ -28,12 +29,17 @@ tokens.json. Only the tokens given are written (scopes are never widened);
 the file is written atomically with mode 0600. A member sends these tokens
 only to that URL; other candidates forward to the leader.
 
+With TLS, give the cluster CA (--ca-file, ELANOUS_CA_FILE or tls.ca_file):
+it is written into the join file ("ca"), so the member verifies every
+candidate against it with nothing else to configure, and the URL must be
+https://.
+
 Before writing, the URL is checked: it must answer GET /v1/primary and
 accept the token (skip with --offline).`,
 		Example: `  # on the admin machine
   elanous-node token issue --machine mbp > mbp.token
   # on mbp (mode 0600 file)
-  elanous-node join --url http://10.0.0.1:31413 --token-file mbp.token --machine mbp
+  elanous-node join --url https://10.0.0.1:31413 --ca-file ca.pem --token-file mbp.token --machine mbp
   elanous-node member run --config /etc/elanous/elanous.yaml`,
 		Args:                  cobra.NoArgs,
 		DisableFlagsInUseLine: true,
@@ -46,8 +52,19 @@ accept the token (skip with --offline).`,
 			if err != nil {
 				return err
 			}
+			cfg, err := loadClientConfig(cmd)
+			if err != nil {
+				return err
+			}
+			ctls, err := loadClientTLS(caFile, cfg, nil)
+			if err != nil {
+				return err
+			}
+			if err := ctls.checkURLs(origin); err != nil {
+				return fmt.Errorf("--url: %w", err)
+			}
 			progress := cmd.ErrOrStderr()
-			j := member.Join{URL: origin}
+			j := member.Join{URL: origin, CA: ctls.ca}
 			switch {
 			case tf.Bare != "":
 				if machine == "" {
@@ -68,26 +85,26 @@ accept the token (skip with --offline).`,
 				j.Tokens = tf.Tokens
 			}
 			if !offline {
-				if err := checkJoin(cmd, j); err != nil {
+				if err := checkJoin(cmd, j, ctls); err != nil {
 					return err
 				}
 			}
-			cfg, err := loadClientConfig(cmd)
-			if err != nil {
-				return err
-			}
 			if err := member.WriteJoinFile(cfg.Node.DataDir, j); err != nil {
 				return err
+			}
+			if j.CA != nil {
+				fmt.Fprintf(progress, "the join file carries the CA from %s\n", ctls.from)
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (mode 0600): joined %s\n", member.JoinPath(cfg.Node.DataDir), origin)
 			return err
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&rawURL, "url", "", "candidate URL to join through, e.g. http://10.0.0.1:31413 (required)")
+	fs.StringVar(&rawURL, "url", "", "candidate URL to join through, e.g. https://10.0.0.1:31413 (required)")
 	fs.StringVar(&tokenFile, "token-file", "", "file holding a bare machine token or a tokens.json, mode 0600 (required)")
 	fs.StringVar(&machine, "machine", "", "machine the token was issued for (default: the hostname)")
 	fs.BoolVar(&offline, "offline", false, "write the file without contacting the cluster")
+	bindCAFile(cmd, &caFile)
 	bindDataDir(cmd)
 	_ = cmd.MarkFlagRequired("url")
 	_ = cmd.MarkFlagRequired("token-file")
@@ -96,7 +113,7 @@ accept the token (skip with --offline).`,
 
 // checkJoin asks the URL for the primary (no token), then makes one
 // authenticated read to see that the token is known, printing progress.
-func checkJoin(cmd *cobra.Command, j member.Join) error {
+func checkJoin(cmd *cobra.Command, j member.Join, ctls clientTLS) error {
 	progress := cmd.ErrOrStderr()
 	ctx, cancel := context.WithTimeout(cmd.Context(), commandTimeout)
 	defer cancel()
@@ -108,13 +125,21 @@ func checkJoin(cmd *cobra.Command, j member.Join) error {
 			break
 		}
 	}
-	c, err := member.NewClient(member.ClientConfig{URL: j.URL, Token: tok})
+	httpc, err := ctls.httpClient()
+	if err != nil {
+		return err
+	}
+	c, err := member.NewClient(member.ClientConfig{URL: j.URL, Token: tok, HTTPClient: httpc})
 	if err != nil {
 		return err
 	}
 	p, err := c.Primary(ctx)
 	if err != nil {
-		return fmt.Errorf("join %s: %w (use --offline to write the file anyway)", j.URL, err)
+		hint := "use --offline to write the file anyway"
+		if ctls.ca == nil && strings.HasPrefix(j.URL, "https://") {
+			hint = "pass the cluster CA with --ca-file, or use --offline to write the file anyway"
+		}
+		return fmt.Errorf("join %s: %w (%s)", j.URL, err, hint)
 	}
 	if p.Known {
 		fmt.Fprintf(progress, "reachable; primary %s (generation %d)\n", p.Holder, p.Generation)

@@ -22,6 +22,7 @@ ports through any candidate, which forwards writes to the leader.
 Start here:
   elanous-node dev      three candidates in one process on 127.0.0.1, for trying it out
   elanous-node init     create the cluster tokens file, then copy it to every candidate
+  elanous-node tls      make the cluster CA and each candidate's certificate
   elanous-node serve    run one candidate of a real cluster (see --config)
   elanous-node status   show every candidate's view of the cluster
 
@@ -46,6 +47,7 @@ precedence.`,
 		newJoinCmd(),
 		newBenchCmd(),
 		newHealthCmd(),
+		newTLSCmd(),
 		newVersionCmd(),
 		newSnapshotCmd(),
 		newLeaderCmd(),

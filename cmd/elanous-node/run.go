@@ -11,17 +11,19 @@ import (
 	"github.com/elanous/elanous-node/api"
 	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/cluster"
+	"github.com/elanous/elanous-node/cluster/certs"
 	"github.com/elanous/elanous-node/config"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // candidate is one running elanous-node candidate: its Raft node and its API.
 type candidate struct {
-	cfg  config.Config
-	node *cluster.Node
-	api  *api.Server
-	errc chan error
-	log  *slog.Logger
+	cfg   config.Config
+	node  *cluster.Node
+	api   *api.Server
+	certs *certs.Store // nil without TLS
+	errc  chan error
+	log   *slog.Logger
 }
 
 // newLogger builds the process logger from log.level and log.format. Every
@@ -29,8 +31,16 @@ type candidate struct {
 // name) and component: "cluster" (the Raft node), "raft" (hashicorp/raft's
 // own lines), "api" (the HTTP API and its access log) or "main".
 func newLogger(cfg config.Config, out io.Writer) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.Log.Level))
+	return newLoggerWithLevel(cfg, out, new(slog.LevelVar))
+}
+
+// newLoggerWithLevel is newLogger with its minimum level held in level (set
+// here from log.level), so a reload can change it; raft's lines follow it too,
+// as they go through the same handler.
+func newLoggerWithLevel(cfg config.Config, out io.Writer, level *slog.LevelVar) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(cfg.Log.Level))
+	level.Set(l)
 	opts := &slog.HandlerOptions{Level: level}
 	if cfg.Log.Format == "json" {
 		return slog.New(slog.NewJSONHandler(out, opts))
@@ -46,18 +56,28 @@ func startCandidate(cfg config.Config, tokens wire.TokensFile, logger *slog.Logg
 	for _, c := range cfg.Cluster.Candidates {
 		cands = append(cands, cluster.Candidate{Machine: c.Machine, URL: c.URL, Raft: c.Raft})
 	}
+	var store *certs.Store
+	if cfg.TLS.Enabled() {
+		s, err := certs.Load(certs.Files{CA: cfg.TLS.CAFile, Cert: cfg.TLS.CertFile, Key: cfg.TLS.KeyFile}, cfg.Node.ID)
+		if err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		store = s
+	}
 	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on http.addr %s: %w", cfg.HTTP.Addr, err)
 	}
 	node, err := cluster.New(cluster.Config{
 		ID: cfg.Node.ID, Candidates: cands, Bootstrap: cfg.Cluster.Bootstrap,
-		DataDir: cfg.Node.DataDir, BindAddr: cfg.Raft.Addr, Advertise: cfg.Raft.Advertise,
+		DataDir: cfg.Node.DataDir, BindAddr: cfg.Raft.BindAddr(), Advertise: cfg.Raft.Advertise,
 		HeartbeatTimeout: cfg.Raft.HeartbeatTimeout, ElectionTimeout: cfg.Raft.ElectionTimeout,
 		LeaderLeaseTimeout: cfg.Raft.LeaderLeaseTimeout, CommitTimeout: cfg.Raft.CommitTimeout,
 		SnapshotThreshold: cfg.Raft.SnapshotThreshold, SnapshotInterval: cfg.Raft.SnapshotInterval,
 		TrailingLogs: cfg.Raft.TrailingLogs, MaxAppendEntries: cfg.Raft.MaxAppendEntries,
-		Grace:  cfg.Raft.GraceOrDefault(),
+		BatchApply: cfg.Raft.BatchApply, LogCache: cfg.Raft.LogCache, NoFreelistSync: cfg.Raft.NoFreelistSync,
+		MaxBatch: cfg.Raft.MaxBatch,
+		Grace:    cfg.Raft.GraceOrDefault(), TLS: store,
 		Logger: logger,
 	})
 	if err != nil {
@@ -69,16 +89,31 @@ func startCandidate(cfg config.Config, tokens wire.TokensFile, logger *slog.Logg
 	apiLog := logger.With("node", cfg.Node.ID, "component", "api")
 	srv := api.New(api.Deps{
 		Node: node, Tokens: tokens, Band: api.Band{Start: cfg.Ports.Test.Start, End: cfg.Ports.Test.End},
-		MetricsAuth: cfg.HTTP.MetricsAuth, Logger: apiLog, Registry: reg, Version: version,
+		MetricsAuth: cfg.HTTP.MetricsAuth, Logger: apiLog, Registry: reg, TLS: store, VerifyClients: cfg.TLS.VerifyIncomingAPI,
+		Version: version,
 	})
 	if cfg.Log.Access {
 		srv.LogRequests(apiLog)
 	}
 	log := logger.With("node", cfg.Node.ID, "component", "main")
-	c := &candidate{cfg: cfg, node: node, api: srv, errc: make(chan error, 1), log: log}
+	c := &candidate{cfg: cfg, node: node, api: srv, certs: store, errc: make(chan error, 1), log: log}
 	go func() { c.errc <- srv.Serve(ln) }()
-	log.Info("candidate started", "version", version, "http", cfg.HTTP.Addr, "raft", cfg.Raft.Addr, "data_dir", cfg.Node.DataDir)
+	log.Info("candidate started", "version", version, "http", cfg.HTTP.Addr, "raft", cfg.Raft.BindAddr(), "data_dir", cfg.Node.DataDir,
+		"tls", store != nil)
+	if store != nil {
+		logCertificate(log, store)
+	}
 	return c, nil
+}
+
+// logCertificate logs the certificate in use and when it expires.
+func logCertificate(logger *slog.Logger, store *certs.Store) {
+	leaf := store.Current().Leaf
+	logger.Info("tls certificate", "file", store.Files().Cert, "names", leaf.DNSNames, "serial", leaf.SerialNumber.Text(16),
+		"not_after", leaf.NotAfter.UTC().Format(time.RFC3339))
+	if left := time.Until(leaf.NotAfter); left < 30*24*time.Hour {
+		logger.Warn("tls certificate expires soon; issue a new one and send SIGHUP", "file", store.Files().Cert, "expires_in", left.Round(time.Hour))
+	}
 }
 
 // stop hands leadership over if this node leads, drains the API, then shuts

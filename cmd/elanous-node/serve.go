@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
@@ -32,11 +35,24 @@ election timeout.
 Under systemd (Type=notify, NOTIFY_SOCKET set) it reports READY=1 once the
 node serves: a leader is known and its claim is applied here, as /v1/ready
 answers 200. Until then its STATUS says it waits for a leader, so
-"systemctl start" on the first candidate returns only once a quorum is up.`,
+"systemctl start" on the first candidate returns only once a quorum is up.
+
+With tls.ca_file, tls.cert_file and tls.key_file the API is HTTPS and Raft is
+mutual TLS (see "elanous-node tls --help"). Without them serve listens only
+on loopback addresses, unless tls.allow_plaintext is true.
+
+SIGHUP reloads, without a restart or a leader change: the certificate files
+(new connections use them; a set that does not load is refused and the old
+one kept), tokens.json (the new cluster tokens replace the old at once) and
+log.level from the configuration. Other keys need a restart.`,
 		Example: `  elanous-node serve --config /etc/elanous/elanous.yaml
   ELANOUS_HTTP_ADDR=0.0.0.0:31413 elanous-node serve --config elanous.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// SIGHUP reloads; caught from the start so it never stops the node.
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
 			cfg, err := loadCommandConfig(cmd)
 			if err != nil {
 				return err
@@ -48,7 +64,8 @@ answers 200. Until then its STATUS says it waits for a leader, so
 			if err != nil {
 				return err
 			}
-			logger := newLogger(cfg, os.Stderr)
+			level := new(slog.LevelVar)
+			logger := newLoggerWithLevel(cfg, os.Stderr, level)
 			c, err := startCandidate(cfg, tokens, logger)
 			if err != nil {
 				return err
@@ -59,14 +76,20 @@ answers 200. Until then its STATUS says it waits for a leader, so
 				defer close(notified)
 				c.notifyReady(ctx)
 			}()
-			select {
-			case <-cmd.Context().Done():
-				c.log.Info("signal received, stopping")
-			case err := <-c.errc:
-				cancel()
-				<-notified
-				_ = c.stop(5 * time.Second)
-				return fmt.Errorf("http server: %w", err)
+		wait:
+			for {
+				select {
+				case <-hup:
+					c.reload(func() (config.Config, error) { return loadCommandConfig(cmd) }, level)
+				case <-cmd.Context().Done():
+					c.log.Info("signal received, stopping")
+					break wait
+				case err := <-c.errc:
+					cancel()
+					<-notified
+					_ = c.stop(5 * time.Second)
+					return fmt.Errorf("http server: %w", err)
+				}
 			}
 			cancel()
 			<-notified

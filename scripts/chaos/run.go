@@ -123,9 +123,10 @@ func (m *leaderMonitor) count() int {
 // runScenario runs one scenario on a fresh cluster and checks it.
 func (s *suite) runScenario(ctx context.Context, sc scenario, round int) row {
 	start := time.Now()
-	r := row{Name: sc.name}
-	dir := filepath.Join(s.root, fmt.Sprintf("%s-%d", sc.name, round))
-	s.logf("=== %s (round %d): %s", sc.name, round, sc.about)
+	name := sc.runName()
+	r := row{Name: name}
+	dir := filepath.Join(s.root, fmt.Sprintf("%s-%d", name, round))
+	s.logf("=== %s (round %d): %s", name, round, sc.about)
 	var h []check.Op
 	var final finalState
 	var mon leaderMonitor
@@ -141,12 +142,12 @@ func (s *suite) runScenario(ctx context.Context, sc scenario, round int) row {
 	r.LeaderChanges = mon.count()
 	stats(&r, h, final.from, final.to)
 	if len(h) > 0 {
-		s.logf("[%s] checking %d operations", sc.name, len(h))
+		s.logf("[%s] checking %d operations", name, len(h))
 		res := check.Check(h, check.Options{OutDir: dir, Timeout: 90 * time.Second})
 		r.Linearizable = res.Linearizable
 		r.Details = append(r.Details, res.Violations...)
 		for _, n := range res.Notes {
-			s.logf("[%s] note: %s", sc.name, n)
+			s.logf("[%s] note: %s", name, n)
 		}
 		if final.ok {
 			r.Details = append(r.Details, check.CheckFinal(h, final.leases, final.resources)...)
@@ -169,14 +170,14 @@ func (s *suite) runScenario(ctx context.Context, sc scenario, round int) row {
 		}
 	}
 	if slow > 0 {
-		s.logf("[%s] note: %d lease heartbeats/releases got no answer within the client's 1 s (DESIGN §5: answer or fail fast with 503)", sc.name, slow)
+		s.logf("[%s] note: %d lease heartbeats/releases got no answer within the client's 1 s (the contract: answer within 1 s or fail fast with 503)", name, slow)
 	}
 	verdict := "pass"
 	if !passed(r) {
 		verdict = "FAIL (kept " + dir + ")"
 	}
 	s.logf("=== %s: %d ops (%d ok, %d failed, %d indeterminate), linearizable=%v, violations=%d, max unavailable %dms, %d leader changes: %s",
-		sc.name, r.Ops, r.OK, r.Failed, r.Indeterminate, r.Linearizable, r.Violations, r.MaxUnavailableMs, r.LeaderChanges, verdict)
+		name, r.Ops, r.OK, r.Failed, r.Indeterminate, r.Linearizable, r.Violations, r.MaxUnavailableMs, r.LeaderChanges, verdict)
 	return r
 }
 
@@ -202,12 +203,12 @@ func (s *suite) runNetns(ctx context.Context, sc scenario, dir string, mon *lead
 		return nil, fs, err
 	}
 	defer nt.Close()
-	e := &env{s: s, name: sc.name, net: nt}
+	e := &env{s: s, name: sc.runName(), net: nt}
 	var ips []string
 	for _, h := range nt.Hosts {
 		ips = append(ips, h.IP)
 	}
-	cfg := harness.Config{Bin: s.bin, Dir: dir, IPs: ips, Launch: nt.Command, ElectionTimeout: s.opt.electionTimeout}
+	cfg := harness.Config{Bin: s.bin, Dir: dir, IPs: ips, Launch: nt.Command, ElectionTimeout: s.opt.electionTimeout, TLS: sc.tls}
 	if sc.smallDisks {
 		e.disks = &disks{}
 		cfg.DataMount = e.disks.mount
@@ -246,7 +247,7 @@ func (s *suite) drive(ctx context.Context, sc scenario, e *env, mon *leaderMonit
 	var fs finalState
 	rec := workload.NewRecorder()
 	wl := workload.New(workload.Config{Targets: targets(e.c), Tokens: e.c.Tokens, Clients: s.opt.clients,
-		Seed: s.opt.seed}, rec)
+		Seed: s.opt.seed, TLS: e.c.ClientTLS()}, rec)
 	dur := max(s.opt.duration, sc.minDuration)
 	wctx, wcancel := context.WithTimeout(ctx, dur)
 	defer wcancel()

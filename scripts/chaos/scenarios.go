@@ -20,6 +20,22 @@ type scenario struct {
 	// schedule in its first three quarters; a shorter --duration is raised.
 	minDuration time.Duration
 	faults      func(ctx context.Context, e *env) error
+	// tls runs the scenario's cluster with TLS (HTTPS API, mutual TLS Raft);
+	// its report row is named "<name>+tls".
+	tls bool
+}
+
+// tlsShort are the scenarios the --short pass runs a second time with TLS,
+// so TLS is proven under a leader kill and a partition, not only on the
+// happy path.
+var tlsShort = []string{"leader-kill", "partition-leader"}
+
+// runName is the scenario's name in the report and its output directory.
+func (sc scenario) runName() string {
+	if sc.tls {
+		return sc.name + "+tls"
+	}
+	return sc.name
 }
 
 func scenarios() []scenario {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -36,6 +37,9 @@ type options struct {
 	seed      uint64
 	clients   int
 	verbose   bool
+	// tls runs every chosen scenario with TLS (except docker-partition,
+	// whose containers use deploy/'s configs).
+	tls bool
 	// electionTimeout is the nodes' raft.election_timeout and
 	// heartbeat_timeout (the lease timeout is half of it).
 	electionTimeout time.Duration
@@ -56,6 +60,7 @@ func parseFlags(args []string) (options, error) {
 	fs.Uint64Var(&o.seed, "seed", uint64(time.Now().UnixNano()), "workload random seed")
 	fs.IntVar(&o.clients, "clients", 9, "concurrent workload clients (at least 8)")
 	fs.BoolVar(&o.verbose, "v", false, "print every fault action")
+	fs.BoolVar(&o.tls, "tls", false, "run every chosen scenario with TLS: HTTPS API and mutual TLS Raft, certificates from elanous-node tls (--short without it also runs "+strings.Join(tlsShort, " and ")+" with TLS)")
 	fs.DurationVar(&o.electionTimeout, "election-timeout", 500*time.Millisecond, "the nodes' raft election and heartbeat timeout (not the docker-partition containers, which use deploy/node-*.yaml)")
 	list := fs.Bool("list", false, "list the scenarios and exit")
 	if err := fs.Parse(args); err != nil {
@@ -160,18 +165,15 @@ func (s *suite) run(ctx context.Context) int {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		return 2
 	}
-	byName := map[string]scenario{}
-	for _, sc := range scenarios() {
-		byName[sc.name] = sc
-	}
+	plan := s.plan()
 	var rep report
 	deadline := time.Now().Add(s.opt.soak)
 	for round := 1; ; round++ {
-		for _, name := range s.opt.scenarios {
+		for _, sc := range plan {
 			if ctx.Err() != nil {
 				break
 			}
-			r := s.runScenario(ctx, byName[name], round)
+			r := s.runScenario(ctx, sc, round)
 			rep.Scenarios = append(rep.Scenarios, r)
 			if s.opt.report != "" {
 				_ = writeReport(s.opt.report, rep)
@@ -207,6 +209,32 @@ func (s *suite) run(ctx context.Context) int {
 		_ = os.RemoveAll(s.root)
 	}
 	return 0
+}
+
+// plan lists the runs of one round: the chosen scenarios, with TLS under
+// --tls; under --short (without --tls) followed by the tlsShort scenarios
+// that were chosen, again with TLS.
+func (s *suite) plan() []scenario {
+	byName := map[string]scenario{}
+	for _, sc := range scenarios() {
+		byName[sc.name] = sc
+	}
+	var out []scenario
+	for _, name := range s.opt.scenarios {
+		sc := byName[name]
+		sc.tls = s.opt.tls && !sc.docker
+		out = append(out, sc)
+	}
+	if s.opt.short && !s.opt.tls {
+		for _, name := range tlsShort {
+			if slices.Contains(s.opt.scenarios, name) {
+				sc := byName[name]
+				sc.tls = true
+				out = append(out, sc)
+			}
+		}
+	}
+	return out
 }
 
 func passed(r row) bool { return r.Error == "" && r.Linearizable && r.Violations == 0 }

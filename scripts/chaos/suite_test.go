@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,5 +75,34 @@ func TestStaticELF(t *testing.T) {
 	}
 	if err := staticELF("/nonexistent"); err == nil {
 		t.Errorf("staticELF(missing file) = nil, want an error")
+	}
+}
+
+// The --short pass proves TLS under faults: leader-kill and partition-leader
+// run a second time with TLS; --tls runs everything with TLS but the
+// container scenario.
+func TestSuite_PlanTLS(t *testing.T) {
+	names := func(args ...string) []string {
+		o, err := parseFlags(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, sc := range (&suite{opt: o}).plan() {
+			out = append(out, sc.runName())
+		}
+		return out
+	}
+	short := names("--short")
+	for _, want := range []string{"leader-kill+tls", "partition-leader+tls", "leader-kill", "docker-partition"} {
+		if !slices.Contains(short, want) {
+			t.Errorf("--short plan %v lacks %s", short, want)
+		}
+	}
+	if got := names("--scenario", "leader-kill,docker-partition", "--tls"); !slices.Equal(got, []string{"leader-kill+tls", "docker-partition"}) {
+		t.Errorf("--tls plan = %v", got)
+	}
+	if got := names("--scenario", "one-way"); !slices.Equal(got, []string{"one-way"}) {
+		t.Errorf("plain plan = %v", got)
 	}
 }

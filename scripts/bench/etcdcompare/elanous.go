@@ -377,9 +377,11 @@ func (c *elClient) heartbeat(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodPost, "/v1/resources/"+url.PathEscape(id)+"/heartbeat", []byte("{}"), nil, http.StatusOK, nil)
 }
 
-// lockStep alternates a port lease acquire with its release.
+// lockStep alternates a port lease acquire with its release. Each client
+// leases for a machine of its own, as a fleet does (a machine may hold at most
+// a quarter of the band).
 func (c *elClient) lockStep(i int) step {
-	body, err := json.Marshal(wire.AcquireRequest{Machine: "bench", Purpose: fmt.Sprintf("bench-%d", i), TTLMs: leaseTTLMs})
+	body, err := json.Marshal(wire.AcquireRequest{Machine: fmt.Sprintf("bench-%d", i), Purpose: "bench", TTLMs: leaseTTLMs})
 	if err != nil {
 		panic(err) // a fixed struct of strings and ints always encodes
 	}

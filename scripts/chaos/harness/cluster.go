@@ -8,6 +8,8 @@ package harness
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -44,6 +46,11 @@ type Config struct {
 	// DataMount, when set, is called with each node's data dir before its
 	// first start (the disk-full scenario mounts a small filesystem there).
 	DataMount func(i int, dir string) error
+	// TLS runs the cluster with TLS: "elanous-node tls ca" and "tls cert"
+	// (the binary's own tooling) make a CA and a certificate per node in
+	// Dir/tls, the API is HTTPS and Raft mutual TLS. Without it the nodes
+	// run plaintext on their namespace addresses (tls.allow_plaintext).
+	TLS bool
 }
 
 // Node is one candidate process.
@@ -77,6 +84,7 @@ type Cluster struct {
 	Tokens wire.TokensFile
 	cfg    Config
 	client *http.Client
+	tls    *tls.Config // trusts the cluster CA; nil without TLS
 }
 
 // NodeName names node i ("node-a", "node-b", …).
@@ -87,20 +95,27 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.ElectionTimeout == 0 {
 		cfg.ElectionTimeout = 500 * time.Millisecond
 	}
-	c := &Cluster{cfg: cfg, client: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
-		DisableKeepAlives: true,
-	}}}
+	scheme, tlsDir := "http", filepath.Join(cfg.Dir, "tls")
+	c := &Cluster{cfg: cfg}
+	if cfg.TLS {
+		scheme = "https"
+		var err error
+		if c.tls, err = makeTLS(cfg.Bin, tlsDir, cfg.IPs); err != nil {
+			return nil, err
+		}
+	}
+	c.client = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: c.tls}}
 	var err error
 	if c.Tokens, err = NewTokens(); err != nil {
 		return nil, err
 	}
 	var cands []string
 	for i, ip := range cfg.IPs {
-		cands = append(cands, fmt.Sprintf("    - { machine: %s, url: http://%s:%d, raft: %s:%d }", NodeName(i), ip, HTTPPort, ip, RaftPort))
+		cands = append(cands, fmt.Sprintf("    - { machine: %s, url: %s://%s:%d, raft: %s:%d }", NodeName(i), scheme, ip, HTTPPort, ip, RaftPort))
 	}
 	for i, ip := range cfg.IPs {
 		name := NodeName(i)
-		n := &Node{Index: i, Name: name, IP: ip, URL: fmt.Sprintf("http://%s:%d", ip, HTTPPort),
+		n := &Node{Index: i, Name: name, IP: ip, URL: fmt.Sprintf("%s://%s:%d", scheme, ip, HTTPPort),
 			DataDir:   filepath.Join(cfg.Dir, name, "data"),
 			LogPath:   filepath.Join(cfg.Dir, name, "node.log"),
 			ClockFile: filepath.Join(cfg.Dir, name, "clock-offset"),
@@ -119,15 +134,21 @@ func New(cfg Config) (*Cluster, error) {
 			return nil, err
 		}
 		et := cfg.ElectionTimeout
+		tlsYAML := "tls:     { allow_plaintext: true }"
+		if cfg.TLS {
+			tlsYAML = fmt.Sprintf("tls:     { ca_file: %s, cert_file: %s, key_file: %s }", filepath.Join(tlsDir, "ca.pem"),
+				filepath.Join(tlsDir, name+".pem"), filepath.Join(tlsDir, name+"-key.pem"))
+		}
 		yaml := fmt.Sprintf(`node:    { id: %s, data_dir: %s }
-http:    { addr: "%s:%d", advertise: "http://%s:%d" }
+http:    { addr: "%s:%d", advertise: "%s://%s:%d" }
 raft:    { addr: "%s:%d", advertise: "%s:%d", heartbeat_timeout: %s, election_timeout: %s, leader_lease_timeout: %s }
 cluster:
   bootstrap: true
   candidates:
 %s
 tokens:  { file: %s }
-`, name, n.DataDir, ip, HTTPPort, ip, HTTPPort, ip, RaftPort, ip, RaftPort, et, et, et/2, strings.Join(cands, "\n"), tokFile)
+%s
+`, name, n.DataDir, ip, HTTPPort, scheme, ip, HTTPPort, ip, RaftPort, ip, RaftPort, et, et, et/2, strings.Join(cands, "\n"), tokFile, tlsYAML)
 		if err := os.WriteFile(n.config, []byte(yaml), 0o600); err != nil {
 			return nil, err
 		}
@@ -135,6 +156,39 @@ tokens:  { file: %s }
 	}
 	return c, nil
 }
+
+// makeTLS makes the cluster's CA and a certificate per node (its name and
+// its address) in dir with the binary's "tls ca" and "tls cert", and returns
+// a client configuration that trusts the CA.
+func makeTLS(bin, dir string, ips []string) (*tls.Config, error) {
+	run := func(args ...string) error {
+		if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("elanous-node %s: %w\n%s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	if err := run("tls", "ca", "--out", dir); err != nil {
+		return nil, err
+	}
+	for i, ip := range ips {
+		if err := run("tls", "cert", "--ca-dir", dir, "--machine", NodeName(i), "--ip", ip, "--out", dir); err != nil {
+			return nil, err
+		}
+	}
+	pem, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("no certificate in %s", filepath.Join(dir, "ca.pem"))
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
+// ClientTLS returns a client configuration that trusts the cluster's CA, or
+// nil for a plaintext cluster.
+func (c *Cluster) ClientTLS() *tls.Config { return c.tls }
 
 // Attach returns a Cluster over nodes started by someone else (containers):
 // only its status methods work.

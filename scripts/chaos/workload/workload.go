@@ -10,6 +10,7 @@ package workload
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,6 +48,8 @@ type Config struct {
 	// Pace is the mean pause between one client's operations.
 	Pace time.Duration
 	Seed uint64
+	// TLS is the client configuration for an HTTPS cluster; nil for plaintext.
+	TLS *tls.Config
 }
 
 // Long TTLs: longer than any run, so these records never expire and the
@@ -124,6 +127,7 @@ func New(cfg Config, rec *Recorder) *Workload {
 		DialContext:         (&net.Dialer{Timeout: 500 * time.Millisecond}).DialContext,
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     5 * time.Second,
+		TLSClientConfig:     cfg.TLS,
 	}
 	return &Workload{cfg: cfg, Rec: rec, http: &http.Client{Transport: tr}}
 }

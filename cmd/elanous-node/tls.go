@@ -1,0 +1,210 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/cluster/certs"
+)
+
+// File names of the TLS tooling.
+const (
+	caCertName = "ca.pem"
+	caKeyName  = "ca-key.pem"
+)
+
+func newTLSCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "tls",
+		Short: "Make the cluster's certificate authority and the candidates' certificates",
+		Long: `Make the certificates a TLS cluster runs with, in the spirit of
+"consul tls ca create" and "consul tls cert create":
+
+  elanous-node tls ca --out DIR      DIR/ca.pem and DIR/ca-key.pem (0600)
+  elanous-node tls cert --ca-dir DIR --machine M [--ip IP]... [--dns NAME]... --out DIR2
+                                     DIR2/M.pem and DIR2/M-key.pem (0600)
+
+Keys are ECDSA P-256. A certificate is valid for server and client use and
+names M as its first DNS subject alternative name: the Raft transport admits
+a peer only with a certificate of the CA naming a candidate, and a dial to a
+candidate must reach a certificate naming it. Add every address and host
+name clients use in the candidate's https:// URL with --ip and --dns.
+
+Keep ca-key.pem off the candidates (it signs certificates); give each
+candidate ca.pem, its own M.pem and M-key.pem, and set tls.ca_file,
+tls.cert_file and tls.key_file. Members need only ca.pem (--ca-file, or in
+the join file). Rotating: see the README's "Security model".`,
+		Example: `  elanous-node tls ca --out /root/elanous-ca
+  elanous-node tls cert --ca-dir /root/elanous-ca --machine node-a --ip 10.0.0.1 --out /root/node-a
+  scp /root/elanous-ca/ca.pem /root/node-a/node-a.pem /root/node-a/node-a-key.pem node-a:/etc/elanous/tls/`,
+	}
+	cmd.AddCommand(newTLSCACmd(), newTLSCertCmd())
+	return cmd
+}
+
+func newTLSCACmd() *cobra.Command {
+	var (
+		out   string
+		days  int
+		force bool
+	)
+	cmd := &cobra.Command{
+		Use:   "ca --out DIR",
+		Short: "Create the cluster certificate authority: DIR/ca.pem and DIR/ca-key.pem",
+		Long: `Create a certificate authority for one cluster: an ECDSA P-256 key written
+to DIR/ca-key.pem (mode 0600) and a self-signed CA certificate written to
+DIR/ca.pem. Existing files are kept unless --force is given.`,
+		Args:                  cobra.NoArgs,
+		DisableFlagsInUseLine: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ca, err := certs.NewCA(time.Now(), time.Duration(days)*24*time.Hour)
+			if err != nil {
+				return err
+			}
+			certPath, keyPath := filepath.Join(out, caCertName), filepath.Join(out, caKeyName)
+			if err := writePair(certPath, keyPath, ca, force); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s and %s (mode 0600; keep it off the candidates)\n", certPath, keyPath)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "", "directory to write ca.pem and ca-key.pem to (created 0700 if missing; required)")
+	cmd.Flags().IntVar(&days, "days", int(certs.DefaultCAValidity/(24*time.Hour)), "days the CA is valid")
+	cmd.Flags().BoolVar(&force, "force", false, "replace existing files")
+	_ = cmd.MarkFlagRequired("out")
+	return cmd
+}
+
+func newTLSCertCmd() *cobra.Command {
+	var (
+		caDir, machine, out string
+		ips                 []net.IP
+		dns                 []string
+		days                int
+		force               bool
+	)
+	cmd := &cobra.Command{
+		Use:   "cert --ca-dir DIR --machine M [--ip IP]... [--dns NAME]... --out DIR2",
+		Short: "Issue a candidate's certificate: DIR2/M.pem and DIR2/M-key.pem",
+		Long: `Issue a certificate signed by the CA in --ca-dir (ca.pem, ca-key.pem) for
+machine M: an ECDSA P-256 key written to DIR2/M-key.pem (mode 0600) and a
+certificate written to DIR2/M.pem, valid for server and client
+authentication, naming M (its common name and first DNS subject alternative
+name, the name the Raft transport checks) and every --ip and --dns given.
+
+M is a candidate's node.id for a candidate; another name (not a candidate's)
+makes a client certificate, for an API with tls.verify_incoming_api.`,
+		Args:                  cobra.NoArgs,
+		DisableFlagsInUseLine: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !wire.ValidMachine(machine) {
+				return fmt.Errorf("--machine %q is not a valid machine name (%s)", machine, wire.MachinePatternText)
+			}
+			ca, err := readCA(caDir)
+			if err != nil {
+				return err
+			}
+			pair, err := certs.NewCert(ca, certs.CertRequest{Machine: machine, IPs: ips, DNS: dns, Validity: time.Duration(days) * 24 * time.Hour}, time.Now())
+			if err != nil {
+				return err
+			}
+			certPath, keyPath := filepath.Join(out, machine+".pem"), filepath.Join(out, machine+"-key.pem")
+			if err := writePair(certPath, keyPath, pair, force); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s and %s (mode 0600) for %s", certPath, keyPath, machine)
+			if len(ips) > 0 || len(dns) > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), ", also valid for %v %v", ips, dns)
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&caDir, "ca-dir", "", "directory holding ca.pem and ca-key.pem (required)")
+	fs.StringVar(&machine, "machine", "", "the machine the certificate is for: a candidate's node.id (required)")
+	fs.IPSliceVar(&ips, "ip", nil, "an IP address clients use for it (repeatable)")
+	fs.StringArrayVar(&dns, "dns", nil, "a host name clients use for it (repeatable)")
+	fs.StringVar(&out, "out", "", "directory to write M.pem and M-key.pem to (created 0700 if missing; required)")
+	fs.IntVar(&days, "days", int(certs.DefaultCertValidity/(24*time.Hour)), "days the certificate is valid (never past the CA)")
+	fs.BoolVar(&force, "force", false, "replace existing files")
+	for _, f := range []string{"ca-dir", "machine", "out"} {
+		_ = cmd.MarkFlagRequired(f)
+	}
+	return cmd
+}
+
+// readCA reads dir/ca.pem and dir/ca-key.pem.
+func readCA(dir string) (certs.Pair, error) {
+	cert, err := os.ReadFile(filepath.Join(dir, caCertName))
+	if err != nil {
+		return certs.Pair{}, fmt.Errorf("read the CA: %w (make one with: elanous-node tls ca --out %s)", err, dir)
+	}
+	key, err := os.ReadFile(filepath.Join(dir, caKeyName))
+	if err != nil {
+		return certs.Pair{}, fmt.Errorf("read the CA key: %w", err)
+	}
+	return certs.Pair{Cert: cert, Key: key}, nil
+}
+
+// writePair writes a certificate (mode 0644) and its key (mode 0600),
+// creating their directory with mode 0700. Without replace an existing file
+// is an error naming it and --force.
+func writePair(certPath, keyPath string, p certs.Pair, replace bool) error {
+	if !replace {
+		for _, path := range []string{certPath, keyPath} {
+			if _, err := os.Stat(path); err == nil {
+				return fmt.Errorf("%s already exists; keep it, or pass --force to replace it", path)
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(keyPath), 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Dir(keyPath), err)
+	}
+	// The key first, so a certificate never exists without its key.
+	if err := writeFileMode(keyPath, p.Key, 0o600); err != nil {
+		return err
+	}
+	return writeFileMode(certPath, p.Cert, 0o644)
+}
+
+// writeFileMode replaces path with data through a temporary file created
+// with mode, synced and renamed, so a reader (a SIGHUP reload) sees the old
+// file or the new one, never half of one.
+func writeFileMode(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
