@@ -16,4 +16,8 @@
 // (future.Error and the FSM's response) and tells apart a write that surely
 // did not happen (ErrNotLeader, ErrNoLeader, ErrNotReady) from one whose
 // outcome is unknown (ErrOutcomeUnknown). ReadIndex makes a read linearizable.
+//
+// The operations (ops.go) are Backup (a copy after a ReadIndex), Restore (a
+// backup rebased once on the leader and installed through raft.Restore) and
+// TransferLeadershipTo (answered once the new leader's claim is applied).
 package cluster
