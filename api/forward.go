@@ -236,6 +236,7 @@ func sendForward(ctx context.Context, client *http.Client, in *http.Request, bod
 		}
 	}
 	req.Header.Set(wire.HeaderForwarded, self)
+	req.Header.Set(wire.HeaderForwardedFor, in.RemoteAddr)
 	var wrote atomic.Bool
 	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },

@@ -25,7 +25,7 @@ import (
 
 // The operations routes (README, "Operations"): snapshot save and restore,
 // and leadership transfer. They are admin actions, each written to the
-// audit log where its handler runs.
+// audit log where its handler runs (withAudit).
 
 // Budgets of the operations routes.
 const (
@@ -44,10 +44,11 @@ const (
 // (snapshotOnLeader), and PUT has its own size limit, wire.MaxSnapshotBytes.
 func (s *Server) opsRoutes() []route {
 	return []route{
-		{method: http.MethodGet, path: "/v1/snapshot", handler: s.getSnapshot, scope: ScopeAdmin, budget: snapshotBudget},
-		{method: http.MethodPut, path: "/v1/snapshot", handler: answer(http.StatusOK, s.putSnapshot), scope: ScopeAdmin, budget: snapshotBudget},
-		{method: http.MethodPost, path: "/v1/cluster/leader/transfer", handler: answer(http.StatusOK, s.transferLeader),
-			scope: ScopeAdmin, write: true, table: fsm.TablePrimary, budget: transferBudget},
+		withAudit("snapshot.save", route{method: http.MethodGet, path: "/v1/snapshot", handler: s.getSnapshot, scope: ScopeAdmin, budget: snapshotBudget}),
+		withAudit("snapshot.restore", route{method: http.MethodPut, path: "/v1/snapshot", handler: answer(http.StatusOK, s.putSnapshot),
+			scope: ScopeAdmin, budget: snapshotBudget}),
+		withAudit("leader.transfer", route{method: http.MethodPost, path: "/v1/cluster/leader/transfer", handler: answer(http.StatusOK, s.transferLeader),
+			scope: ScopeAdmin, write: true, table: fsm.TablePrimary, budget: transferBudget}),
 	}
 }
 
@@ -56,11 +57,10 @@ func (s *Server) opsRoutes() []route {
 // ReadIndex: it holds every write acknowledged before the request. The copy
 // costs O(1); it is encoded twice (once for the checksum in the header, once
 // on the wire) while writes go on.
-func (s *Server) getSnapshot(c echo.Context) (err error) {
+func (s *Server) getSnapshot(c echo.Context) error {
 	if handled, err := s.snapshotOnLeader(c); handled {
 		return err
 	}
-	defer func() { s.auditOp(c, "snapshot.save", err) }()
 	deadline, _ := budgetOf(c)
 	ctx, cancel := context.WithDeadline(c.Request().Context(), deadline)
 	defer cancel()
@@ -74,6 +74,7 @@ func (s *Server) getSnapshot(c echo.Context) (err error) {
 		return err
 	}
 	h := s.snapshotHeader(b, size, hex.EncodeToString(sum.Sum(nil)))
+	auditDetail(c, slog.Uint64("index", h.Index), slog.Int64("bytes", size))
 	line := h.Line()
 	_ = http.NewResponseController(c.Response().Writer).SetWriteDeadline(deadline)
 	hdr := c.Response().Header()
@@ -119,7 +120,6 @@ func (s *Server) putSnapshot(c echo.Context) (res wire.RestoreResult, err error)
 	if handled, err := s.snapshotOnLeader(c); handled {
 		return res, err
 	}
-	defer func() { s.auditOp(c, "snapshot.restore", err, slog.Uint64("backup_index", res.Backup.Index)) }()
 	start := time.Now()
 	deadline, _ := budgetOf(c)
 	ctx, cancel := context.WithDeadline(r.Context(), deadline)
@@ -130,6 +130,7 @@ func (s *Server) putSnapshot(c echo.Context) (res wire.RestoreResult, err error)
 
 	h, backup, err := ReadSnapshotFile(http.MaxBytesReader(c.Response().Writer, r.Body, wire.MaxSnapshotBytes))
 	res.Backup = h
+	auditDetail(c, slog.Uint64("backup_index", h.Index), slog.String("backup_sha256", h.SHA256))
 	if err != nil {
 		return res, err
 	}
@@ -339,12 +340,10 @@ func copyAnswer(c echo.Context, resp *http.Response, body io.Reader) error {
 // follower that forwarded the request answers once it has applied it too.
 func (s *Server) transferLeader(c echo.Context) (res wire.TransferResult, err error) {
 	var req wire.TransferRequest
-	defer func() {
-		s.auditOp(c, "leader.transfer", err, slog.String("to", req.To), slog.String("holder", res.Holder))
-	}()
 	if err := decodeStrict(c, &req, true); err != nil {
 		return res, err
 	}
+	auditDetail(c, slog.String("to", req.To))
 	if req.To != "" && !wire.ValidCandidate(req.To) {
 		return res, badRequest(fmt.Sprintf("to %q is not a candidate name (%s)", req.To, wire.CandidatePatternText))
 	}
@@ -365,33 +364,6 @@ func (s *Server) transferLeader(c echo.Context) (res wire.TransferResult, err er
 		s.node.AnnounceCommit()
 	}
 	c.Response().Header().Set(wire.HeaderIndex, strconv.FormatUint(p.Index, 10))
+	auditDetail(c, slog.String("holder", p.Holder))
 	return wire.TransferResult{From: s.node.ID(), Holder: p.Holder, Generation: p.Generation, TookMs: time.Since(start).Milliseconds()}, nil
-}
-
-// auditOp writes the audit line of an operation where its handler runs:
-// action, outcome ("ok" or the error code) and status, the caller's token
-// fingerprint (never the token), the client's address, the method and
-// route, the node that forwarded it if any, and attrs. It is the shape of
-// the shared audit log (log.audit_file) and becomes one call to it.
-func (s *Server) auditOp(c echo.Context, action string, err error, attrs ...slog.Attr) {
-	r := c.Request()
-	outcome, status := "ok", c.Response().Status
-	if err != nil {
-		var body wire.Error
-		status, body = toWire(err)
-		outcome = body.Error
-	}
-	line := []slog.Attr{
-		slog.Bool("audit", true), slog.String("action", action), slog.String("outcome", outcome), slog.Int("status", status),
-		slog.String("token", identity(c).Owner), slog.String("remote", r.RemoteAddr),
-		slog.String("method", r.Method), slog.String("route", c.Path()),
-	}
-	if by := r.Header.Get(wire.HeaderForwarded); by != "" && wire.ValidCandidate(by) {
-		line = append(line, slog.String("via", by))
-	}
-	level := slog.LevelInfo
-	if err != nil {
-		level = slog.LevelWarn
-	}
-	s.log.LogAttrs(context.Background(), level, "audit", append(line, attrs...)...)
 }

@@ -18,7 +18,14 @@ import (
 // the wait is short. If leadership moved in the meantime, the request is
 // forwarded after all, through the loop the middleware and consistent reads
 // share (errForwarded: the answer is written).
+//
+// On the leader the command is first judged against the applied state
+// (cluster.Node.Precheck): a heartbeat, delete, renew or release that would
+// be refused is answered at once, without a log entry.
 func (s *Server) propose(c echo.Context, cmd fsm.Command) (any, error) {
+	if err := s.node.Precheck(cmd); err != nil {
+		return nil, err
+	}
 	var applied cluster.Applied
 	err := s.onLeader(c, func(ctx context.Context) (err error) {
 		applied, err = s.node.Propose(ctx, cmd)

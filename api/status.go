@@ -13,8 +13,14 @@ import (
 // getPrimary answers who leads. known is true only on the leader with its
 // claim applied, or on a follower that heard from that leader within the
 // heartbeat timeout and applied its claim; otherwise the last known claim is
-// returned with known false. It takes no token.
+// returned with known false. It takes no token; a blocking query without a
+// valid one waits at most Caps.AnonymousWait (an authenticated one, MaxWait).
 func (s *Server) getPrimary(c echo.Context) error {
+	if c.QueryParam("index") != "" {
+		if _, err := s.authenticate(c.Request()); err != nil {
+			c.Set(waitCapKey, s.guard.caps.AnonymousWait)
+		}
+	}
 	if err := s.block(c, fsm.TablePrimary); err != nil {
 		return err
 	}
@@ -75,6 +81,8 @@ func (s *Server) clusterStatus(c echo.Context) error {
 		Format:    s.node.FSM().Format(),
 		Version:   s.version,
 	}
+	limits := s.limitsStatus()
+	out.Limits = &limits
 	if cand, ok := s.node.Candidate(st.ID); ok {
 		out.URL = cand.URL
 	}

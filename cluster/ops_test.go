@@ -398,6 +398,11 @@ func TestNode_RestoreNeedsAQuorum(t *testing.T) {
 	}
 	before := leader.FSM().Hash()
 	tc.isolate(li)
+	// A heartbeat answered after the cut may still count for one leadership
+	// check; the next one needs an answer sent after it.
+	warm, cancelWarm := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	_ = leader.ReadIndex(warm)
+	cancelWarm()
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	if _, err := leader.Restore(ctx, b); !errors.Is(err, ErrNoLeader) && !errors.Is(err, ErrNotLeader) {

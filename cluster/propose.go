@@ -36,8 +36,10 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (Applied, error) {
 	}
 	// An acquire is never batched: its fence is its entry's index, which no
 	// other grant may share. Acquires go out as entries of their own, which
-	// raft still writes to disk together (BatchApply).
-	if l.batcher != nil && n.fsm.Format() >= 2 && cmd.Type() != fsm.AcquireLeaseType {
+	// raft still writes to disk together (BatchApply). So does a command a
+	// batch may not hold (fsm.Batchable: a limits change); in a batch it
+	// would make the whole batch, and every write queued with it, refused.
+	if l.batcher != nil && n.fsm.Format() >= 2 && cmd.Type() != fsm.AcquireLeaseType && fsm.Batchable(cmd.Type()) {
 		return l.batcher.propose(ctx, cmd)
 	}
 	return n.apply(ctx, fsm.Stamp(cmd, l.now()), 0)

@@ -82,7 +82,7 @@ func (p *problems) addErr(key string, err error) {
 // can be served. It checks names, addresses and URLs, the candidate list
 // (non-empty, no duplicates, this node in it and consistent with its
 // advertise addresses), Raft timing (hashicorp/raft's rules), port bands and
-// log settings.
+// log settings, and the local abuse limits (limits.*).
 func (c Config) Validate() error {
 	var p problems
 	c.validateNode(&p)
@@ -92,6 +92,7 @@ func (c Config) Validate() error {
 	c.validatePorts(&p)
 	c.validateLog(&p)
 	c.validateTLS(&p)
+	c.validateLimits(&p)
 	return errors.Join(p...)
 }
 

@@ -138,6 +138,12 @@ func TestReleaseFixture(t *testing.T) {
 	}
 }
 
+// previousReleaseConfig removes from a test node's configuration the keys
+// the previous release does not know (it refuses unknown keys).
+func previousReleaseConfig(doc map[string]any) {
+	delete(doc, "limits")
+}
+
 // replayDataDir restores the latest snapshot of the data directory dir into
 // a new state machine and applies the log after it. It returns the state
 // machine, the snapshot's index and the log's first and last index.
@@ -198,6 +204,7 @@ func writeReleaseFixtureDir(t *testing.T) {
 	c := newE2ECluster(t, 1)
 	nd := c.nodes[0]
 	c.writeConfig(nd, func(doc map[string]any) {
+		previousReleaseConfig(doc)
 		r := doc["raft"].(map[string]any)
 		r["snapshot_threshold"], r["snapshot_interval"], r["trailing_logs"] = 8, "200ms", 2
 	})
@@ -362,6 +369,7 @@ func TestE2E_MixedVersionUpgrade(t *testing.T) {
 	start := time.Now()
 	c := newE2ECluster(t, 3)
 	for _, nd := range c.nodes {
+		c.writeConfig(nd, previousReleaseConfig)
 		c.startWith(nd, oldBin)
 	}
 	leader, _ := c.waitPrimary(nil, 0, 20*time.Second)
@@ -408,7 +416,8 @@ func TestE2E_MixedVersionUpgrade(t *testing.T) {
 		if nd.proc != nil && !nd.proc.exited() {
 			nd.proc.stop(t, 10*time.Second)
 		}
-		c.start(nd) // this build
+		c.writeConfig(nd, nil) // this build's keys as well
+		c.start(nd)            // this build
 		delete(old, nd)
 		c.waitReady(nd, 20*time.Second)
 		// The README's procedure: the next node only once the cluster is

@@ -36,8 +36,9 @@ type statusCandidate struct {
 	Format    int    `json:"format,omitempty"`
 	Version   string `json:"version,omitempty"` // "" from a build that does not report it
 
-	counts *wire.Counts      // from this candidate's status, when it answered
-	config []wire.ServerInfo // the Raft configuration it holds
+	counts *wire.Counts       // from this candidate's status, when it answered
+	limits *wire.LimitsStatus // likewise
+	config []wire.ServerInfo  // the Raft configuration it holds
 }
 
 // statusPrimary is the resolved primary.
@@ -52,7 +53,9 @@ type statusReport struct {
 	Candidates []statusCandidate `json:"candidates"`
 	Primary    statusPrimary     `json:"primary"`
 	Counts     wire.Counts       `json:"counts"`
-	Health     *healthReport     `json:"health,omitempty"` // with --check
+	// Limits are the quotas (and the reporting candidate's own limits).
+	Limits *wire.LimitsStatus `json:"limits,omitempty"`
+	Health *healthReport      `json:"health,omitempty"` // with --check
 }
 
 // statusProbeTimeout bounds each candidate's answer.
@@ -71,8 +74,9 @@ func newStatusCmd() *cobra.Command {
 query scope) and for the primary (GET /v1/primary), then print one row per
 candidate — reachable, Raft state, ready, generation, term, last log index,
 commit and applied index, last contact with the leader, voter, version —
-followed by the primary (the highest-generation claim) and the counts of
-resources, leases and tokens.
+followed by the primary (the highest-generation claim), the counts of
+resources, leases and tokens, and the cluster's quotas in force
+("elanous-node limits get" shows them in full).
 
 The command fails when no candidate is reachable.
 
@@ -179,13 +183,13 @@ func collectStatus(ctx context.Context, env *clientEnv) (statusReport, error) {
 	// the first candidate that did.
 	for _, row := range rows {
 		if row.counts != nil && row.URL == addr.URL {
-			report.Counts = *row.counts
+			report.Counts, report.Limits = *row.counts, row.limits
 			return report, nil
 		}
 	}
 	for _, row := range rows {
 		if row.counts != nil {
-			report.Counts = *row.counts
+			report.Counts, report.Limits = *row.counts, row.limits
 			break
 		}
 	}
@@ -226,7 +230,7 @@ func probeCandidate(ctx context.Context, env *clientEnv, r *member.Resolver, c m
 	row.CommitIndex, row.AppliedIndex, row.LastContactMs, row.Voter = st.CommitIndex, st.AppliedIndex, st.LastContactMs, st.Voter
 	row.Ready, row.LastIndex, row.Leader, row.StateHash, row.Format, row.Version = st.Ready, st.LastIndex, st.Leader, st.StateHash, st.Format, st.Version
 	counts := st.Counts
-	row.counts, row.config = &counts, st.Configuration
+	row.counts, row.limits, row.config = &counts, st.Limits, st.Configuration
 	return row
 }
 
@@ -256,7 +260,10 @@ func printStatus(w io.Writer, r statusReport) error {
 	} else {
 		fmt.Fprintf(w, "primary: unknown (no candidate knows a leader; members fall back to %s)\n", r.Primary.URL)
 	}
-	_, err := fmt.Fprintf(w, "counts: %d resources, %d leases, %d tokens\n", r.Counts.Resources, r.Counts.Leases, r.Counts.Tokens)
+	if _, err := fmt.Fprintf(w, "counts: %d resources, %d leases, %d tokens\n", r.Counts.Resources, r.Counts.Leases, r.Counts.Tokens); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, limitsLine(r.Limits))
 	if err == nil && r.Health != nil {
 		err = printHealth(w, *r.Health)
 	}

@@ -25,6 +25,9 @@ type env struct {
 	net   *netns.Net
 	mu    sync.Mutex
 	notes []string // guarded by mu
+	// violations are found by the scenario's faults (the abuse scenario's
+	// checks); guarded by mu.
+	violations []check.Violation
 	// fill and free, set by the disk-full scenario's mounts.
 	disks *disks
 	// dock is the container backend (nil for namespaces).
@@ -272,6 +275,13 @@ func (s *suite) drive(ctx context.Context, sc scenario, e *env, mon *leaderMonit
 	wg.Wait()
 	fs.to = rec.Now()
 	mcancel()
+	e.mu.Lock()
+	fs.violations = append(fs.violations, e.violations...)
+	e.mu.Unlock()
+	if n := mon.count(); sc.stableLeader && n > 0 {
+		fs.violations = append(fs.violations, check.Violation{Kind: "leader-changed",
+			Detail: fmt.Sprintf("%d leadership changes; the scenario must keep its leader", n)})
+	}
 	if ctx.Err() != nil {
 		return rec.Ops(), fs, ctx.Err()
 	}

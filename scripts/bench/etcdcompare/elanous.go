@@ -148,6 +148,7 @@ cluster:
   candidates:
 %s
 tokens:  { file: %q }
+limits:  { write_rate: 0 }   # no write rate limit: every client is on 127.0.0.1
 `, name, n.dataDir, ports[i], ports[i], ports[3+i], ports[3+i], strings.Join(cands, "\n"), n.tokensFile())
 		if err := os.WriteFile(n.config, []byte(yaml), 0o600); err != nil {
 			return err
