@@ -230,7 +230,7 @@ func New(cfg Config) (*Node, error) {
 		n.closeAll()
 		return nil, fmt.Errorf("inspect raft state: %w", err)
 	}
-	r, err := raft.NewRaft(rc, restoreTracker{FSM: n.fsm, restored: &n.ops.restored}, stores.Logs, stores.Stable, stores.Snapshots, trans)
+	r, err := raft.NewRaft(rc, restoreTracker{FSM: n.fsm, ops: &n.ops}, stores.Logs, stores.Stable, stores.Snapshots, trans)
 	if err != nil {
 		n.closeAll()
 		return nil, fmt.Errorf("start raft: %w", err)

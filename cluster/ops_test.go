@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,25 @@ import (
 	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/hashicorp/raft"
 )
+
+// fileSnapshots returns a tweak for newTestCluster that gives every node a
+// file snapshot store in a temporary directory, then applies more. Tests
+// that restore use it: a node that led from an installed snapshot takes a
+// snapshot of its own (snapshotAfterRestore), and raft's in-memory snapshot
+// store lets a snapshot being written be opened for replication (a data
+// race in that test store, not in the file store nodes use).
+func fileSnapshots(t *testing.T, more func(i int, c *Config)) func(int, *Config) {
+	return func(i int, c *Config) {
+		store, err := raft.NewFileSnapshotStore(t.TempDir(), 2, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Stores.Snapshots = store
+		if more != nil {
+			more(i, c)
+		}
+	}
+}
 
 // register is a machine registration by owner o1 with ttl ms.
 func register(name string, ttl int64) fsm.RegisterResource {
@@ -70,7 +90,7 @@ func (tc *testCluster) waitConverged(index uint64) string {
 // leader's at its term, leases keep id and fence, and later grants get
 // fences above every restored one. The sweep loop and group commit work on.
 func TestNode_RestoreReplacesTheStateOnEveryNode(t *testing.T) {
-	tc := newTestCluster(t, 3, nil)
+	tc := newTestCluster(t, 3, fileSnapshots(t, nil))
 	li := tc.readyLeader()
 	leader := tc.nodes[li]
 	tc.waitFormat(li, fsm.MaxFormat)
@@ -165,7 +185,7 @@ func TestNode_RestoreRefusals(t *testing.T) {
 	mustPropose(t, src.nodes[si], register("v2", 600_000))
 	_, v2doc := backupOf(t, src.nodes[si])
 
-	tc := newTestCluster(t, 3, func(_ int, c *Config) { c.FormatProbe = probe })
+	tc := newTestCluster(t, 3, fileSnapshots(t, func(_ int, c *Config) { c.FormatProbe = probe }))
 	li := tc.readyLeader()
 	leader := tc.nodes[li]
 	mustPropose(t, leader, register("mine", 600_000))
@@ -204,9 +224,10 @@ func TestNode_RestoreMovesTheLogPastTheBackup(t *testing.T) {
 	last := mustPropose(t, old.nodes[oi], acquire("o1", 600_000)).Value.(fsm.PortLease)
 	_, doc := backupOf(t, old.nodes[oi])
 
-	young := newTestCluster(t, 3, nil)
+	young := newTestCluster(t, 3, fileSnapshots(t, nil))
 	yi := young.readyLeader()
 	leader := young.nodes[yi]
+	young.waitFormat(yi, fsm.MaxFormat) // the backup's format
 	if leader.raft.LastIndex() >= last.Fence {
 		t.Fatalf("the young cluster's log is at %d, not below the backup's fence %d", leader.raft.LastIndex(), last.Fence)
 	}
@@ -324,10 +345,10 @@ func (s gatedSink) Close() error {
 // and every node converges on the restored records.
 func TestNode_RestoreSurvivesLeadershipLossDuringInstall(t *testing.T) {
 	gates := make([]*gatedSnapshots, 3)
-	tc := newTestCluster(t, 3, func(i int, c *Config) {
+	tc := newTestCluster(t, 3, fileSnapshots(t, func(i int, c *Config) {
 		gates[i] = &gatedSnapshots{SnapshotStore: c.Stores.Snapshots}
 		c.Stores.Snapshots = gates[i]
-	})
+	}))
 	t.Cleanup(func() {
 		for _, g := range gates {
 			g.release()
@@ -360,7 +381,7 @@ func TestNode_RestoreSurvivesLeadershipLossDuringInstall(t *testing.T) {
 		done <- outcome{res, err}
 	}()
 	testutil.WaitFor(t, "the leader to lose its lease while the followers install", 10*time.Second, func() bool {
-		return leader.raft.CurrentTerm() == term && !leader.IsLeader()
+		return !leader.IsLeader()
 	})
 	for _, g := range gates {
 		g.release()
@@ -387,7 +408,7 @@ func TestNode_RestoreSurvivesLeadershipLossDuringInstall(t *testing.T) {
 // nothing: raft.Restore would commit it ahead of followers that may elect
 // another leader without it.
 func TestNode_RestoreNeedsAQuorum(t *testing.T) {
-	tc := newTestCluster(t, 3, slowTimeouts(time.Second, time.Second))
+	tc := newTestCluster(t, 3, fileSnapshots(t, slowTimeouts(time.Second, time.Second)))
 	li := tc.readyLeader()
 	leader := tc.nodes[li]
 	mustPropose(t, leader, register("saved", 600_000))
@@ -396,13 +417,18 @@ func TestNode_RestoreNeedsAQuorum(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := leader.FSM().Hash()
 	tc.isolate(li)
-	// A heartbeat answered after the cut may still count for one leadership
-	// check; the next one needs an answer sent after it.
-	warm, cancelWarm := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	_ = leader.ReadIndex(warm)
-	cancelWarm()
+	// RPCs answered after the cut but sent before it may still count for a
+	// leadership check; once a check has failed, none is left in flight.
+	testutil.WaitFor(t, "a leadership check to fail on the cut-off leader", 5*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		return leader.ReadIndex(ctx) != nil
+	})
+	if !leader.IsLeader() {
+		t.Fatalf("the cut-off leader stepped down before the restore: its 1 s lease is too short for this machine")
+	}
+	before := leader.FSM().Hash() // nothing commits on the cut-off leader from here
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	if _, err := leader.Restore(ctx, b); !errors.Is(err, ErrNoLeader) && !errors.Is(err, ErrNotLeader) {
