@@ -31,4 +31,9 @@
 // client verifies the leader against the cluster CA (presenting the node's
 // certificate, which an API with verify_incoming_api requires). SetTokens
 // swaps the cluster tokens atomically when tokens.json is reloaded.
+//
+// The operations routes (ops.go; ARCHITECTURE.md, "Operations") save and
+// restore snapshot files, whose bodies stream through a follower to the
+// leader rather than pass the 64 KiB write middleware, and transfer
+// leadership; each writes an audit line where its handler runs.
 package api

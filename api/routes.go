@@ -74,7 +74,7 @@ func (s *Server) routeTable(metricsAuth bool) []route {
 		return route{method: method, path: path, handler: h, scope: scope, write: true, table: table, budget: budget}
 	}
 	const get, post, put, del = http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete
-	return []route{
+	return append([]route{
 		read(get, "/v1/primary", s.getPrimary, ScopeNone),
 		read(get, "/v1/health", s.getHealth, ScopeNone),
 		read(get, "/v1/ready", s.getReady, ScopeNone),
@@ -106,7 +106,7 @@ func (s *Server) routeTable(metricsAuth bool) []route {
 		withAudit("peers.remove", write(del, "/v1/cluster/peers/:machine", noContent(s.removePeer), ScopeAdmin, fsm.TableCandidates, defaultBudget)),
 		withAudit("peers.promote", write(post, "/v1/cluster/peers/:machine/promote", answer(http.StatusOK, s.promotePeer), ScopeAdmin, fsm.TableCandidates, defaultBudget)),
 		withAudit("peers.demote", write(post, "/v1/cluster/peers/:machine/demote", answer(http.StatusOK, s.demotePeer), ScopeAdmin, fsm.TableCandidates, defaultBudget)),
-	}
+	}, s.opsRoutes()...)
 }
 
 // routes registers the route table. Each route's middleware runs in this

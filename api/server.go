@@ -51,6 +51,9 @@ type Deps struct {
 	// Audit receives the audit log (see Auditor); default Logger with
 	// audit=true on every line.
 	Audit *slog.Logger
+	// Version is the build's version, reported by /v1/cluster/status and
+	// in snapshot files.
+	Version string
 }
 
 // Server is the HTTP API of one candidate.
@@ -61,6 +64,7 @@ type Server struct {
 	log           *slog.Logger
 	client        *http.Client
 	rand          io.Reader
+	version       string
 	echo          *echo.Echo
 	metrics       *metrics
 	registry      *prometheus.Registry
@@ -108,6 +112,7 @@ func New(d Deps) *Server {
 		log:      d.Logger,
 		client:   d.Client,
 		rand:     d.Rand,
+		version:  d.Version,
 		registry: d.Registry,
 	}
 	s.SetTokens(d.Tokens)

@@ -83,6 +83,8 @@ func (s *Server) clusterStatus(c echo.Context) error {
 			ClaimedAt: st.Primary.ClaimedAt, Index: st.Primary.Index},
 		Counts:    wire.Counts{Resources: st.Counts.Resources, Leases: st.Counts.Leases, Tokens: st.Counts.Tokens},
 		StateHash: st.StateHash,
+		Format:    s.node.FSM().Format(),
+		Version:   s.version,
 	}
 	limits := s.limitsStatus()
 	out.Limits = &limits

@@ -23,4 +23,8 @@
 // loop seeds the directory, keeps it in step with Raft and promotes caught-up
 // non-voters; Recover rewrites a stopped node's configuration after a lost
 // quorum (ARCHITECTURE.md, "Membership").
+//
+// The operations (ops.go) are Backup (a copy after a ReadIndex), Restore (a
+// backup rebased once on the leader and installed through raft.Restore) and
+// TransferLeadershipTo (answered once the new leader's claim is applied).
 package cluster

@@ -174,6 +174,7 @@ type Node struct {
 	batches  batchStats
 	announce announcer
 	members  members
+	ops      opsState
 
 	mu          sync.Mutex
 	probe       FormatProbe // guarded by mu
@@ -251,7 +252,7 @@ func New(cfg Config) (*Node, error) {
 		n.closeAll()
 		return nil, fmt.Errorf("inspect raft state: %w", err)
 	}
-	r, err := raft.NewRaft(rc, n.fsm, stores.Logs, stores.Stable, stores.Snapshots, trans)
+	r, err := raft.NewRaft(rc, restoreTracker{FSM: n.fsm, ops: &n.ops}, stores.Logs, stores.Stable, stores.Snapshots, trans)
 	if err != nil {
 		n.closeAll()
 		return nil, fmt.Errorf("start raft: %w", err)

@@ -103,6 +103,10 @@ func (n *Node) apply(ctx context.Context, cmd fsm.Command, timeout time.Duration
 			return Applied{}, ErrNoLeader
 		case errors.Is(err, raft.ErrEnqueueTimeout):
 			return Applied{}, fmt.Errorf("%w: %v", ErrNoLeader, err)
+		case errors.Is(err, raft.ErrLeadershipTransferInProgress):
+			// Refused before it entered the log: the caller waits for the
+			// next leader, as it does for one that has not claimed yet.
+			return Applied{}, fmt.Errorf("%w: %v", ErrNotReady, err)
 		case errors.Is(err, raft.ErrRaftShutdown):
 			return Applied{}, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
 		default: // ErrLeadershipLost and anything else after enqueue

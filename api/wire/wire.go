@@ -170,6 +170,12 @@ type ClusterStatus struct {
 	Raft          json.RawMessage `json:"raft,omitempty"`
 	// Limits are the cluster's quotas and this node's own limits.
 	Limits *LimitsStatus `json:"limits,omitempty"`
+
+	// Format is the cluster's format level as this node has applied it.
+	Format int `json:"format"`
+	// Version is the version of this node's build ("" from a build that
+	// does not say).
+	Version string `json:"version,omitempty"`
 }
 
 // ServerInfo is one member of the Raft configuration.

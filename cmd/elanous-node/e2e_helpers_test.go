@@ -125,7 +125,12 @@ type proc struct {
 // and, if the test failed, logs the tail of its output.
 func startProc(t *testing.T, dir, name string, env []string, args ...string) *proc {
 	t.Helper()
-	bin := e2eBinary(t)
+	return startProcBin(t, e2eBinary(t), dir, name, env, args...)
+}
+
+// startProcBin is startProc with another binary (an earlier release's).
+func startProcBin(t *testing.T, bin, dir, name string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{
 		name:   name,
 		stdout: filepath.Join(dir, name+".stdout"),

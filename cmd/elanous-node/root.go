@@ -52,6 +52,8 @@ precedence.`,
 		newPeersCmd(),
 		newRecoverCmd(),
 		newVersionCmd(),
+		newSnapshotCmd(),
+		newLeaderCmd(),
 	)
 	return cmd
 }
