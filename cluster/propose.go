@@ -92,6 +92,10 @@ func (n *Node) apply(ctx context.Context, cmd fsm.Command, timeout time.Duration
 	case err = <-done:
 	case <-ctx.Done():
 		return Applied{}, fmt.Errorf("%w: %v", ErrOutcomeUnknown, ctx.Err())
+	case <-n.stop:
+		// With raft.batch_apply an entry still queued when raft shuts
+		// down never gets an answer: do not wait for one after Close.
+		return Applied{}, fmt.Errorf("%w: %v", ErrOutcomeUnknown, ErrClosed)
 	}
 	n.observeApply(time.Since(start), err)
 	if err != nil {
