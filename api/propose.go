@@ -21,14 +21,18 @@ import (
 //
 // On the leader the command is first judged against the applied state
 // (cluster.Node.Precheck): a heartbeat, delete, renew or release that would
-// be refused, or a register or acquire past a quota, is answered at once,
-// without a log entry.
+// be refused, or a register or acquire past a quota, is answered without a
+// log entry (once a quorum has confirmed this node still leads).
 func (s *Server) propose(c echo.Context, cmd fsm.Command) (any, error) {
-	if err := s.node.Precheck(cmd); err != nil {
+	deadline, _ := budgetOf(c)
+	pctx, cancel := context.WithDeadline(c.Request().Context(), deadline)
+	err := s.node.Precheck(pctx, cmd)
+	cancel()
+	if err != nil {
 		return nil, err
 	}
 	var applied cluster.Applied
-	err := s.onLeader(c, func(ctx context.Context) (err error) {
+	err = s.onLeader(c, func(ctx context.Context) (err error) {
 		applied, err = s.node.Propose(ctx, cmd)
 		return err
 	})

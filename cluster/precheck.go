@@ -1,6 +1,10 @@
 package cluster
 
-import "github.com/elanous/elanous-node/fsm"
+import (
+	"context"
+
+	"github.com/elanous/elanous-node/fsm"
+)
 
 // Precheck judges cmd against this node's applied state at the leader's
 // current cluster time (fsm.FSM.Precheck), without proposing it: an error is
@@ -15,9 +19,24 @@ import "github.com/elanous/elanous-node/fsm"
 // fsm.FSM.Precheck is: Apply still decides, so a command Precheck passed may
 // still be refused if the state changes before it is applied. Safe for
 // concurrent use.
-func (n *Node) Precheck(cmd fsm.Command) error {
+//
+// A refusal is an answer read from the state, so it must be linearizable:
+// a node that still believes it leads after the cluster moved on would
+// otherwise refuse from a stale state (the fault suite's clock-skew scenario
+// caught a deposed leader answering 409 to the release of a lease the new
+// leader had granted). So a refusal is confirmed as a ReadIndex read is: the
+// leader takes its commit index, confirms its leadership with a quorum,
+// waits until it has applied that index, and judges again. When that fails
+// (it no longer leads, ctx ends) Precheck returns nil and Propose decides.
+func (n *Node) Precheck(ctx context.Context, cmd fsm.Command) error {
 	l, err := n.readyLeadership()
 	if err != nil {
+		return nil
+	}
+	if n.fsm.Precheck(cmd, l.now()) == nil {
+		return nil
+	}
+	if err := n.ReadIndex(ctx); err != nil {
 		return nil
 	}
 	return n.fsm.Precheck(cmd, l.now())

@@ -52,7 +52,7 @@ func TestNode_Precheck(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := leader.Raft().LastIndex()
-			err := tt.node.Precheck(tt.cmd)
+			err := tt.node.Precheck(context.Background(), tt.cmd)
 			if !errors.Is(err, tt.want) || (tt.want == nil && err != nil) {
 				t.Errorf("Precheck(%T) = %v, want %v", tt.cmd, err, tt.want)
 			}
