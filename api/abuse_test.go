@@ -400,11 +400,9 @@ func TestServer_AnonymousPrimaryWait(t *testing.T) {
 func TestServer_MetricLabelsAreFixed(t *testing.T) {
 	c := startGuarded(t, api.Caps{WriteRate: rate.Inf}, apitest.Options{})
 	n := c.Nodes[0]
-	var sent []string
 	for i := range 60 {
 		method := fmt.Sprintf("M%04X", i*7919)
 		path := fmt.Sprintf("/random/%d", i)
-		sent = append(sent, method, path)
 		r := testutil.Send(t, testutil.Call{Method: method, URL: n.URL + path})
 		testutil.WantStatus(t, method+" "+path, r, http.StatusNotFound)
 		r = testutil.Send(t, testutil.Call{Method: method, URL: n.URL + "/v1/primary"})

@@ -287,7 +287,7 @@ func TestServer_IssueMemberToken(t *testing.T) {
 		r := testutil.Send(t, testutil.JSONCall(http.MethodPost, n.URL+"/v1/tokens/member", c.Tokens.Admin, wire.IssueTokenRequest{Machine: machine}))
 		testutil.WantStatus(t, "issue through "+n.Machine, r, http.StatusCreated)
 		tok := testutil.Decode[wire.IssuedToken](t, r)
-		if tok.Machine != machine || !isToken(tok.Token) || tok.IssuedAt == "" {
+		if tok.Machine != machine || !wire.ValidToken(tok.Token) || tok.IssuedAt == "" {
 			t.Fatalf("issue through %s = %+v, want machine %s, 64 lowercase hex, issuedAt", n.Machine, tok, machine)
 		}
 		if got := strings.Count(string(r.Body), tok.Token); got != 1 {
@@ -414,17 +414,4 @@ func TestServer_IssueMemberToken(t *testing.T) {
 			testutil.WantError(t, "unknown token on "+n.Machine, r, http.StatusUnauthorized, wire.CodeUnauthorized)
 		}
 	})
-}
-
-// isToken reports whether s has the token format: 64 lowercase hex.
-func isToken(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for _, r := range s {
-		if !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') {
-			return false
-		}
-	}
-	return true
 }

@@ -92,12 +92,12 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		return
 	}
 	status, body := toWire(err)
-	switch {
-	case status == http.StatusInternalServerError:
+	switch status {
+	case http.StatusInternalServerError:
 		s.log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
-	case status == http.StatusServiceUnavailable:
+	case http.StatusServiceUnavailable:
 		c.Response().Header().Set("Retry-After", "1")
-	case status == http.StatusUnauthorized:
+	case http.StatusUnauthorized:
 		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="elanous"`)
 	}
 	if s.log.Enabled(c.Request().Context(), slog.LevelDebug) {

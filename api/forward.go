@@ -149,7 +149,7 @@ func (s *Server) forward(ctx context.Context, c echo.Context) error {
 		return err
 	}
 	defer resp.Body.Close()
-	var answer io.Reader = io.LimitReader(resp.Body, maxAnswerBytes)
+	answer := io.LimitReader(resp.Body, maxAnswerBytes)
 	if rt := routeOf(c); rt != nil && rt.write {
 		if index, ok := writeIndex(resp); ok {
 			// Read the answer first: the wait may use up the context the
@@ -228,7 +228,9 @@ func forwardResult(err error) string {
 // every attempt: a dial error on a replay after a written attempt does not
 // mean "not sent".
 func sendForward(ctx context.Context, client *http.Client, in *http.Request, body []byte, leader cluster.Candidate, self string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, in.Method, strings.TrimRight(leader.URL, "/")+in.URL.RequestURI(), bytes.NewReader(body))
+	// The host is the leader's, from the candidate directory; only the path
+	// and query are the client's.
+	req, err := http.NewRequestWithContext(ctx, in.Method, strings.TrimRight(leader.URL, "/")+in.URL.RequestURI(), bytes.NewReader(body)) //nolint:gosec // G704: see above
 	if err != nil {
 		return nil, fmt.Errorf("build forward request: %w", err)
 	}
@@ -244,7 +246,7 @@ func sendForward(ctx context.Context, client *http.Client, in *http.Request, bod
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
 	}))
 	start := time.Now()
-	resp, err := client.Do(req)
+	resp, err := client.Do(req) //nolint:gosec // G704: the leader's URL comes from the candidate directory, not from the request
 	switch {
 	case err == nil:
 		return resp, nil

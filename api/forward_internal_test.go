@@ -47,7 +47,10 @@ func TestSendForward_LeaderKillAfterWrite(t *testing.T) {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
 	// The replayed request reuses the pooled connection, which the leader drops.
-	_, err = sendForward(context.Background(), client, in, []byte(`{"machine":"m"}`), cluster.Candidate{Machine: "node-a", URL: srv.URL}, "node-b")
+	resp, err = sendForward(context.Background(), client, in, []byte(`{"machine":"m"}`), cluster.Candidate{Machine: "node-a", URL: srv.URL}, "node-b")
+	if resp != nil {
+		_ = resp.Body.Close()
+	}
 	if !errors.Is(err, cluster.ErrOutcomeUnknown) {
 		t.Fatalf("sendForward() error = %v, want ErrOutcomeUnknown", err)
 	}
@@ -62,7 +65,10 @@ func TestSendForward_UnreachableLeaderIsNotApplied(t *testing.T) {
 	_ = ln.Close()
 	in := httptest.NewRequest(http.MethodPost, "/v1/leases/port", strings.NewReader("{}"))
 	in.Header.Set(wire.HeaderIdempotencyKey, "k1")
-	_, err = sendForward(context.Background(), &http.Client{}, in, []byte(`{}`), cluster.Candidate{Machine: "node-a", URL: url}, "node-b")
+	resp, err := sendForward(context.Background(), &http.Client{}, in, []byte(`{}`), cluster.Candidate{Machine: "node-a", URL: url}, "node-b")
+	if resp != nil {
+		_ = resp.Body.Close()
+	}
 	if !errors.Is(err, cluster.ErrNoLeader) {
 		t.Fatalf("sendForward() error = %v, want ErrNoLeader", err)
 	}

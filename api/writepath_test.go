@@ -104,7 +104,7 @@ func TestServer_FollowerForwardsBeforeHandler(t *testing.T) {
 			t.Fatalf("acquire through the follower = %+v, want a lease id", l)
 		}
 		tok := issueToken(t, c.Cluster, follower.URL, "counted")
-		if !isToken(tok.Token) {
+		if !wire.ValidToken(tok.Token) {
 			t.Fatalf("issue through the follower = %+v, want a token", tok)
 		}
 		after := c.draws()

@@ -250,7 +250,7 @@ type batchStats struct {
 func (s *batchStats) observe(size int) {
 	s.mu.Lock()
 	s.batches++
-	s.commands += uint64(size)
+	s.commands += uint64(max(size, 0))
 	s.mu.Unlock()
 }
 

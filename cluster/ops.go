@@ -62,7 +62,7 @@ func (t restoreTracker) Restore(rc io.ReadCloser) error {
 	if err := t.FSM.Restore(rc); err != nil {
 		return err
 	}
-	t.ops.restored.Store(t.FSM.AppliedIndex())
+	t.ops.restored.Store(t.AppliedIndex())
 	t.ops.unsnapshotted.Store(true)
 	return nil
 }

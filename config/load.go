@@ -127,7 +127,7 @@ func Load(opts LoadOptions) (Config, error) {
 // are not configuration keys. It runs before the defaults are set, so
 // v.AllKeys() is then exactly the file's keys.
 func readFile(v *viper.Viper, file string) error {
-	data, err := os.ReadFile(file)
+	data, err := os.ReadFile(file) //nolint:gosec // G304: the operator names the configuration file
 	if err != nil {
 		return fmt.Errorf("read config file: %w", err)
 	}

@@ -37,7 +37,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 		if len(l.Data) > 0 && CommandType(l.Data[0])&SkipBit != 0 {
 			return nil
 		}
-		var t int = -1
+		t := -1
 		if len(l.Data) > 0 {
 			t = int(l.Data[0])
 		}

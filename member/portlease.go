@@ -259,7 +259,7 @@ func (k *PortLeaseKeeper) run(ctx context.Context) {
 	var wake <-chan struct{}    // set while waiting to retry a failed renewal
 	defer func() {
 		if results != nil {
-			<-results // Stop releases only after the renewal in flight finished
+			<-results //nolint:errcheck // Stop releases only after the renewal in flight finished; its outcome no longer matters
 		}
 	}()
 	for {

@@ -34,7 +34,7 @@ func NewPKI(t testing.TB) *PKI {
 	}
 	p := &PKI{t: t, Dir: t.TempDir(), CA: ca, stores: map[string]*certs.Store{}}
 	p.CAFile = filepath.Join(p.Dir, "ca.pem")
-	if err := os.WriteFile(p.CAFile, ca.Cert, 0o644); err != nil {
+	if err := os.WriteFile(p.CAFile, ca.Cert, 0o644); err != nil { //nolint:gosec // G306: a certificate is public
 		t.Fatal(err)
 	}
 	return p
@@ -50,7 +50,7 @@ func (p *PKI) Issue(machine string) certs.Files {
 		p.t.Fatalf("issue a certificate for %s: %v", machine, err)
 	}
 	f := certs.Files{CA: p.CAFile, Cert: filepath.Join(p.Dir, machine+".pem"), Key: filepath.Join(p.Dir, machine+"-key.pem")}
-	if err := os.WriteFile(f.Cert, pair.Cert, 0o644); err != nil {
+	if err := os.WriteFile(f.Cert, pair.Cert, 0o644); err != nil { //nolint:gosec // G306: a certificate is public
 		p.t.Fatal(err)
 	}
 	if err := os.WriteFile(f.Key, pair.Key, 0o600); err != nil {

@@ -117,7 +117,7 @@ func CheckAttrs(attrs map[string]json.RawMessage) error {
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(attrs); err != nil {
-		return fmt.Errorf("attrs: %v", err)
+		return fmt.Errorf("attrs: %w", err)
 	}
 	if n := len(bytes.TrimSuffix(buf.Bytes(), []byte("\n"))); n > MaxAttrsBytes {
 		return fmt.Errorf("attrs are larger than %d bytes", MaxAttrsBytes)

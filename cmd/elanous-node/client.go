@@ -33,7 +33,7 @@ import (
 //     request (or a token) is sent, and http:// candidates are refused.
 
 // tokenEnv is the environment variable client commands read their token from.
-const tokenEnv = "ELANOUS_TOKEN"
+const tokenEnv = "ELANOUS_TOKEN" //nolint:gosec // G101: the variable's name, not a credential
 
 // commandTimeout bounds a one-shot client command's requests.
 const commandTimeout = 15 * time.Second

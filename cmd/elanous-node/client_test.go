@@ -35,14 +35,13 @@ type fakeCandidate struct {
 	*httptest.Server
 	machine string
 
-	mu      sync.Mutex
-	leader  string // holder this candidate reports
-	gen     uint64
-	reqs    []string // "METHOD URI auth=<token prefix or ->"
-	bodies  []string
-	status  int                 // when non-zero, every authenticated request answers it
-	events  chan string         // each request's "METHOD path", if set
-	primary func() wire.Primary // overrides the /v1/primary answer
+	mu     sync.Mutex
+	leader string // holder this candidate reports
+	gen    uint64
+	reqs   []string // "METHOD URI auth=<token prefix or ->"
+	bodies []string
+	status int         // when non-zero, every authenticated request answers it
+	events chan string // each request's "METHOD path", if set
 }
 
 func newFakeCandidate(t *testing.T, machine, leader string, gen uint64) *fakeCandidate {

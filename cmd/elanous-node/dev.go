@@ -115,7 +115,7 @@ write rate limits (limits.write_rate 0); the other limits keep their defaults.`,
 			if err != nil {
 				return err
 			}
-			var logOut io.Writer = cmd.ErrOrStderr()
+			logOut := cmd.ErrOrStderr()
 			cfgs[0].Log.Level = logLevel
 			logger := newLogger(cfgs[0], logOut)
 			fmt.Fprintf(out, "starting 3 candidates, data in %s\n", dir)

@@ -317,7 +317,7 @@ func TestE2E_TokensNeverOnDisk(t *testing.T) {
 	issued := testutil.Decode[wire.IssuedToken](t, testutil.Expect(t,
 		e2eCall(http.MethodPost, follower.url+"/v1/tokens/member", c.tokens.Admin, map[string]any{"machine": "box-1"}),
 		http.StatusCreated))
-	if issued.Machine != "box-1" || !wellFormedToken(issued.Token) {
+	if issued.Machine != "box-1" || !wire.ValidToken(issued.Token) {
 		t.Fatalf("POST /v1/tokens/member = %+v, want machine box-1 and a 64-hex token", issued)
 	}
 	for _, tok := range []string{c.tokens.Admin, c.tokens.Member, c.tokens.Query} {

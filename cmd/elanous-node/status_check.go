@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -108,7 +109,7 @@ func judgeHealth(r statusReport, o healthOptions) healthReport {
 		n := nodeHealth{Machine: c.Machine, URL: c.URL, Reachable: c.Reachable, Lag: -1, LastContactMs: c.LastContactMs, Version: c.Version,
 			AppliedIndex: c.AppliedIndex, StateHash: c.StateHash, Healthy: true}
 		if leader != nil && c.State != "" && leader.LastIndex >= c.LastIndex {
-			n.Lag = int64(leader.LastIndex - c.LastIndex)
+			n.Lag = int64(min(leader.LastIndex-c.LastIndex, math.MaxInt64))
 		}
 		switch {
 		case !c.Reachable:
@@ -119,7 +120,7 @@ func judgeHealth(r statusReport, o healthOptions) healthReport {
 			n.Problems = append(n.Problems, fmt.Sprintf("not ready (%s, knows leader %q)", c.State, c.Leader))
 		}
 		if leader != nil && c.State != "" && c.Machine != leader.Machine {
-			if n.Lag > int64(o.maxLag) {
+			if n.Lag > int64(min(o.maxLag, math.MaxInt64)) { //nolint:gosec // G115: bounded by MaxInt64
 				n.Problems = append(n.Problems, fmt.Sprintf("%d log entries behind the leader (max %d)", n.Lag, o.maxLag))
 			}
 			switch last := time.Duration(c.LastContactMs) * time.Millisecond; {

@@ -60,7 +60,7 @@ func CheckError(r Reply, code string) error {
 	}
 	var e wire.Error
 	if err := StrictUnmarshal(r.Body, &e); err != nil {
-		return fmt.Errorf("error body %q is not {error, message}: %v", r.Body, err)
+		return fmt.Errorf("error body %q is not {error, message}: %w", r.Body, err)
 	}
 	if e.Error == "" {
 		return fmt.Errorf("error body %q has an empty code", r.Body)

@@ -219,11 +219,10 @@ func set(xs ...string) map[string]bool {
 type run struct {
 	cfg Config
 
-	mu       sync.Mutex
-	report   Report          // guarded by mu
-	granted  map[string]bool // guarded by mu: abuser resources registered
-	victims  []victim        // guarded by mu: the members' records and leases
-	abuserID string
+	mu      sync.Mutex
+	report  Report          // guarded by mu
+	granted map[string]bool // guarded by mu: abuser resources registered
+	victims []victim        // guarded by mu: the members' records and leases
 }
 
 // victim is a member's machine, one of its resources and one of its leases.
@@ -407,7 +406,7 @@ func (r *run) retry(ctx context.Context, c *http.Client, method, path, token str
 			return a, nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil || (a.err == nil && a.status != http.StatusServiceUnavailable) {
-			return a, fmt.Errorf("%s %s: %d %s %v", method, path, a.status, a.body, a.err)
+			return a, fmt.Errorf("%s %s: %d %s %w", method, path, a.status, a.body, a.err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

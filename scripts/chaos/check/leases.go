@@ -324,8 +324,6 @@ func partitionBy(history []porcupine.Operation, key func(any) string) [][]porcup
 	return parts
 }
 
-func has(m map[string]string, k string) bool { _, found := m[k]; return found }
-
 // CheckIdempotency reports a purpose (unique per acquire and its retries, all
 // sent with one Idempotency-Key) that ended up with two different leases
 // while the first could not yet have expired: one request was applied twice,
