@@ -176,8 +176,14 @@ func addHTTPSeeds(f *testing.F) {
 			if b != nil {
 				ct = "application/json"
 			}
-			for auth := range uint8(authRaw) {
-				add(fuzzRequest{method: method, path: p, body: b, auth: auth, contentType: ct, leaseID: fuzzLease, follower: auth%2 == 1})
+			// Every credential on the route's first path, three on the
+			// others; through the leader and a follower in turn.
+			auths := []uint8{authMember, authFixture, authOther}
+			if i == 0 {
+				auths = []uint8{authNone, authAdmin, authMember, authQuery, authFixture, authOther}
+			}
+			for j, auth := range auths {
+				add(fuzzRequest{method: method, path: p, body: b, auth: auth, contentType: ct, leaseID: fuzzLease, follower: (i+j)%2 == 1})
 			}
 		}
 		for _, b := range bs[1:] {
