@@ -190,7 +190,7 @@ func addHTTPSeeds(f *testing.F) {
 			add(fuzzRequest{method: method, path: paths[0], body: b, auth: authMember, contentType: "application/json", leaseID: fuzzLease, idemKey: "k1"})
 		}
 	}
-	wrongToken := testutil.RandomToken()
+	wrongToken := strings.Repeat("c", 64) // well-formed, known to no one
 	for _, r := range []fuzzRequest{
 		{method: "GET", path: "/v1/resources?index=1&wait=50ms&kind=machine&machine=fixture", auth: authQuery},
 		{method: "GET", path: "/v1/leases/port?consistent=true", auth: authFixture, follower: true},
