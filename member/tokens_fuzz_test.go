@@ -139,9 +139,10 @@ func FuzzReadTokenFile(f *testing.F) {
 // FuzzReadJoinFile feeds fuzzed bytes to ReadJoinFile as a 0600
 // control/join.json: it never panics and never answers (nil, nil) for a file
 // that exists; a refusal names the file and repeats no token (see
-// assertNoToken); an accepted
-// file has an origin in normal form, a valid machine and token set, and
-// WriteJoinFile then ReadJoinFile gives the same Join back.
+// assertNoToken); an accepted file has an origin in normal form, a valid
+// machine and token set, and WriteJoinFile then ReadJoinFile gives the same
+// Join back (a scoped join without any token reads, as primary.ts reads it,
+// but is never written).
 func FuzzReadJoinFile(f *testing.F) {
 	ca, err := certs.NewCA(time.Unix(1_700_000_000, 0), 0)
 	if err != nil {
