@@ -39,13 +39,13 @@ func FuzzReadTokensFile(f *testing.F) {
 			if !strings.Contains(msg, path) {
 				t.Fatalf("readTokensFile() error = %q, which does not name the file", msg)
 			}
-			// The tokens are the object's values; a token-shaped key is
-			// quoted like any unknown field.
+			// The tokens are the object's well-formed values; a key is
+			// quoted like any unknown field, whatever it looks like.
 			var values map[string]json.RawMessage
 			_ = json.Unmarshal(data, &values)
 			for _, raw := range values {
 				var tok string
-				if json.Unmarshal(raw, &tok) == nil && len(tok) >= 16 && strings.Contains(msg, tok) {
+				if json.Unmarshal(raw, &tok) == nil && wellFormedToken(tok) && strings.Contains(msg, tok) {
 					t.Fatalf("readTokensFile() error = %q repeats a token of the file", msg)
 				}
 			}
