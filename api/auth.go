@@ -112,10 +112,11 @@ func (s *Server) require(scope Scope) echo.MiddlewareFunc {
 				return nil
 			}
 			if err != nil {
-				return err
+				return s.authFailed(c, err)
 			}
 			if id.Scope < scope {
-				return forbidden("token lacks the " + scopeName(scope) + " scope")
+				c.Set(identityKey, id)
+				return s.authFailed(c, forbidden("token lacks the "+scopeName(scope)+" scope"))
 			}
 			c.Set(identityKey, id)
 			return next(c)
@@ -123,15 +124,33 @@ func (s *Server) require(scope Scope) echo.MiddlewareFunc {
 	}
 }
 
+// authFailed answers a request whose credentials failed (err is the 401 or
+// 403): the failure takes a token from the address's write bucket, and once
+// that is empty the answer is 429 rate-limited instead, unlogged; otherwise
+// the failure is written to the audit log and err returned.
+func (s *Server) authFailed(c echo.Context, err error) error {
+	if limited := s.chargeAuthFailure(c); limited != nil {
+		return limited
+	}
+	s.audit.Record(c, "auth", err)
+	return err
+}
+
 // forwardUnknownToken lets the leader judge a token this follower does not
-// know: a machine token issued an instant ago (201 from the leader) may not be
-// applied here yet, and must not get 401 from one candidate and 200 from
-// another. The forward is the write path's: within the route's budget, and a
-// write is answered only once this node has applied it. It reports whether
-// the leader's answer was written; when the leader cannot be reached the
-// caller answers 401 itself.
+// know, while the follower lags: a machine token issued an instant ago (201
+// from the leader) may be in an entry this node has received and not yet
+// applied. A follower that has applied every entry it holds answers 401 at
+// once (a token issued in an entry that has not reached it yet is 401 here
+// until it does), and forwards are paced (unknownTokenForwardRate), so a
+// flood of random tokens never reaches the leader. The forward is the write
+// path's: within the route's budget, and a write is answered only once this
+// node has applied it. It reports whether the leader's answer was written;
+// when the leader cannot be reached the caller answers 401 itself.
 func (s *Server) forwardUnknownToken(c echo.Context) bool {
 	if c.Request().Header.Get(wire.HeaderForwarded) != "" || s.node.IsLeader() {
+		return false
+	}
+	if !s.node.Lagging() || !s.guard.unknownForwards.Allow() {
 		return false
 	}
 	if _, ok := s.node.Leader(); !ok {

@@ -1,6 +1,7 @@
 // Package api is the HTTP API of an elanous-node candidate (echo).
 //
-// It owns the routes of DESIGN §5, authentication (cluster tokens admin ⊇
+// It owns the routes of the HTTP contract (ARCHITECTURE.md, "The HTTP
+// contract"; README, "HTTP API"), authentication (cluster tokens admin ⊇
 // member ⊇ query, and machine tokens looked up by hash in the replicated
 // state), strict JSON decoding with size limits, forwarding of writes from a
 // follower to the leader, blocking queries and the read headers, one error
@@ -30,4 +31,9 @@
 // client verifies the leader against the cluster CA (presenting the node's
 // certificate, which an API with verify_incoming_api requires). SetTokens
 // swaps the cluster tokens atomically when tokens.json is reloaded.
+//
+// The operations routes (ops.go; ARCHITECTURE.md, "Operations") save and
+// restore snapshot files, whose bodies stream through a follower to the
+// leader rather than pass the 64 KiB write middleware, and transfer
+// leadership; each writes an audit line where its handler runs.
 package api

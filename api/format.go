@@ -20,6 +20,12 @@ type health struct {
 	Status      string `json:"status"`
 	Machine     string `json:"machine"`
 	FormatLevel int    `json:"formatLevel"`
+	// AppliedIndex and LastContactMs are how far this node has applied the
+	// log and when it last heard from a leader (-1 never): the leader's
+	// membership maintenance promotes a new server once they show it caught
+	// up (see probeHealth).
+	AppliedIndex  uint64 `json:"appliedIndex"`
+	LastContactMs *int64 `json:"lastContactMs,omitempty"`
 }
 
 // probeFormat asks candidate c's /v1/health which format level its build

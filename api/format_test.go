@@ -19,6 +19,9 @@ func TestServer_FormatLevel(t *testing.T) {
 			Status      string `json:"status"`
 			Machine     string `json:"machine"`
 			FormatLevel int    `json:"formatLevel"`
+			// Progress, for the leader's membership maintenance (peers_test.go).
+			AppliedIndex  uint64 `json:"appliedIndex"`
+			LastContactMs *int64 `json:"lastContactMs"`
 		}
 		r := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: n.URL + "/v1/health"})
 		testutil.WantStatus(t, "GET /v1/health", r, http.StatusOK)

@@ -55,6 +55,8 @@ func (s *Server) leaderOnly(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) leading() error {
 	leader, ok := s.node.Leader()
 	switch {
+	case !ok && s.node.Waiting():
+		return errWaiting
 	case !ok:
 		return cluster.ErrNoLeader
 	case leader.Machine != s.node.ID():
@@ -236,6 +238,7 @@ func sendForward(ctx context.Context, client *http.Client, in *http.Request, bod
 		}
 	}
 	req.Header.Set(wire.HeaderForwarded, self)
+	req.Header.Set(wire.HeaderForwardedFor, in.RemoteAddr)
 	var wrote atomic.Bool
 	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },

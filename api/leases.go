@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 
 	"github.com/elanous/elanous-node/api/wire"
@@ -79,6 +80,7 @@ func (s *Server) releaseLease(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	auditDetail(c, slog.Int("port", port))
 	_, err = s.propose(c, fsm.ReleaseLease{Caller: identity(c).Caller(), Port: port, LeaseID: leaseID})
 	return err
 }

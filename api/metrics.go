@@ -2,6 +2,7 @@ package api
 
 import (
 	"log/slog"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -24,10 +25,14 @@ type metrics struct {
 	// unapplied counts forwarded writes answered before this node applied
 	// them (the read-your-writes wait ran out of the route's budget).
 	unapplied prometheus.Counter
+	// routes are the paths of the route table: the only route labels, with
+	// "other" (set by Server.routes before serving).
+	routes map[string]bool
 }
 
 func newMetrics(reg *prometheus.Registry, node *cluster.Node) *metrics {
 	m := &metrics{
+		routes: map[string]bool{},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "elanous_http_requests_total", Help: "HTTP requests by route, method and status code.",
 		}, []string{"route", "method", "code"}),
@@ -86,17 +91,17 @@ func (m *metrics) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
 		err := next(c)
-		route := c.Path()
-		if route == "" {
-			route = "unmatched"
+		route, method := c.Path(), methodLabel(c.Request().Method)
+		if !m.routes[route] {
+			route = "other"
 		}
 		status := c.Response().Status
 		if err != nil {
 			status, _ = toWire(err)
 		}
-		m.requests.WithLabelValues(route, c.Request().Method, strconv.Itoa(status)).Inc()
+		m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
 		elapsed := time.Since(start)
-		m.duration.WithLabelValues(route, c.Request().Method).Observe(elapsed.Seconds())
+		m.duration.WithLabelValues(route, method).Observe(elapsed.Seconds())
 		if m.access != nil {
 			r := c.Request()
 			m.access.LogAttrs(r.Context(), slog.LevelInfo, "http request",
@@ -106,4 +111,14 @@ func (m *metrics) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		return err
 	}
+}
+
+// methodLabel is the method label of a request: one of the fixed set
+// below, or "other", so random methods cannot grow the registry.
+func methodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions:
+		return method
+	}
+	return "other"
 }

@@ -18,9 +18,21 @@ import (
 // the wait is short. If leadership moved in the meantime, the request is
 // forwarded after all, through the loop the middleware and consistent reads
 // share (errForwarded: the answer is written).
+//
+// On the leader the command is first judged against the applied state
+// (cluster.Node.Precheck): a heartbeat, delete, renew or release that would
+// be refused, or a register or acquire past a quota, is answered without a
+// log entry (once a quorum has confirmed this node still leads).
 func (s *Server) propose(c echo.Context, cmd fsm.Command) (any, error) {
+	deadline, _ := budgetOf(c)
+	pctx, cancel := context.WithDeadline(c.Request().Context(), deadline)
+	err := s.node.Precheck(pctx, cmd)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
 	var applied cluster.Applied
-	err := s.onLeader(c, func(ctx context.Context) (err error) {
+	err = s.onLeader(c, func(ctx context.Context) (err error) {
 		applied, err = s.node.Propose(ctx, cmd)
 		return err
 	})

@@ -47,7 +47,11 @@ func boolParam(c echo.Context, name string) (bool, error) {
 }
 
 // block waits while the table's index is not above ?index (the index the
-// caller has seen).
+// caller has seen). A wait longer than the request's cap (waitCapKey: an
+// anonymous /v1/primary query) is shortened to it. A query that must wait
+// takes a slot of the node's blocking-query caps, overall and for its
+// address; with none left it is answered 429 rate-limited at once, and the
+// connection is closed.
 func (s *Server) block(c echo.Context, table fsm.Table) error {
 	raw := c.QueryParam("index")
 	if raw == "" {
@@ -72,6 +76,19 @@ func (s *Server) block(c echo.Context, table fsm.Table) error {
 		}
 		wait = d
 	}
+	if limit, ok := c.Get(waitCapKey).(time.Duration); ok && wait > limit {
+		wait = limit
+	}
+	if index, _ := s.node.FSM().Watch(table); index > seen || wait == 0 {
+		return nil
+	}
+	release, ok := s.guard.blocking.acquire(addressKey(c.Request().RemoteAddr))
+	if !ok {
+		s.guard.blockRefuse.Inc()
+		c.Response().Header().Set("Connection", "close")
+		return refuse(c, time.Second, "too many blocking queries wait on this node (or from this address); retry later")
+	}
+	defer release()
 	// A long wait outlives the server's write timeout: extend it for this request.
 	_ = http.NewResponseController(c.Response().Writer).SetWriteDeadline(time.Now().Add(wait + 10*time.Second))
 	timer := time.NewTimer(wait)
@@ -87,7 +104,7 @@ func (s *Server) block(c echo.Context, table fsm.Table) error {
 		case <-timer.C:
 			return nil
 		case <-ctx.Done():
-			return ctx.Err()
+			return errClientClosed // the client left: not a server error
 		}
 	}
 }
@@ -109,3 +126,6 @@ func lastContactMs(d time.Duration) int64 {
 	}
 	return d.Milliseconds()
 }
+
+// waitCapKey holds a request's cap on its blocking wait, when it has one.
+const waitCapKey = "elanous.waitcap"

@@ -36,7 +36,7 @@ func blockingGet(c testutil.Call) (<-chan testutil.Reply, <-chan struct{}) {
 	return out, wrote
 }
 
-// TestServer_Reads covers the read side of DESIGN §5: read headers,
+// TestServer_Reads covers the read side of the HTTP contract (ARCHITECTURE.md, "The HTTP contract"): read headers,
 // linearizable reads through a follower, blocking queries, /v1/primary,
 // /v1/ready, /metrics, /v1/cluster/status, and /v1/primary after the leader
 // stops. The subtests share one cluster and run in order; the last stops the

@@ -47,6 +47,9 @@ type route struct {
 	table fsm.Table
 	// budget bounds the request through this node.
 	budget time.Duration
+	// audit names the admin action the route performs; its outcome is
+	// written to the audit log (withAudit).
+	audit string
 }
 
 // leaderWait is how long a request of the route waits for a leader.
@@ -70,8 +73,8 @@ func (s *Server) routeTable(metricsAuth bool) []route {
 	write := func(method, path string, h echo.HandlerFunc, scope Scope, table fsm.Table, budget time.Duration) route {
 		return route{method: method, path: path, handler: h, scope: scope, write: true, table: table, budget: budget}
 	}
-	const get, post, del = http.MethodGet, http.MethodPost, http.MethodDelete
-	return []route{
+	const get, post, put, del = http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete
+	return append([]route{
 		read(get, "/v1/primary", s.getPrimary, ScopeNone),
 		read(get, "/v1/health", s.getHealth, ScopeNone),
 		read(get, "/v1/ready", s.getReady, ScopeNone),
@@ -85,29 +88,43 @@ func (s *Server) routeTable(metricsAuth bool) []route {
 
 		write(post, "/v1/leases/port", answer(http.StatusCreated, s.acquireLease), ScopeMember, fsm.TableLeases, defaultBudget),
 		write(post, "/v1/leases/port/:port/heartbeat", answer(http.StatusOK, s.renewLease), ScopeMember, fsm.TableLeases, leaseBudget),
-		write(del, "/v1/leases/port/:port", noContent(s.releaseLease), ScopeMember, fsm.TableLeases, leaseBudget),
+		withAudit("lease.release", write(del, "/v1/leases/port/:port", noContent(s.releaseLease), ScopeMember, fsm.TableLeases, leaseBudget)),
 		read(get, "/v1/leases/port", answer(http.StatusOK, s.listLeases), ScopeQuery),
 		read(get, "/v1/leases/port/:port", answer(http.StatusOK, s.getLease), ScopeQuery),
 
-		write(post, "/v1/tokens/member", answer(http.StatusCreated, s.issueToken), ScopeAdmin, fsm.TableTokens, defaultBudget),
-		write(del, "/v1/tokens/member/:machine", noContent(s.revokeToken), ScopeAdmin, fsm.TableTokens, defaultBudget),
+		withAudit("token.issue", write(post, "/v1/tokens/member", answer(http.StatusCreated, s.issueToken), ScopeAdmin, fsm.TableTokens, defaultBudget)),
+		withAudit("token.revoke", write(del, "/v1/tokens/member/:machine", noContent(s.revokeToken), ScopeAdmin, fsm.TableTokens, defaultBudget)),
 		read(get, "/v1/tokens/member", answer(http.StatusOK, s.listTokens), ScopeAdmin),
 
 		read(get, "/v1/cluster/status", s.clusterStatus, ScopeQuery),
-	}
+		read(get, "/v1/cluster/limits", answer(http.StatusOK, s.getLimits), ScopeQuery),
+		// Limits change no table: the forwarding node's apply wait polls.
+		withAudit("limits.set", write(put, "/v1/cluster/limits", answer(http.StatusOK, s.putLimits), ScopeAdmin, fsm.TablePrimary, defaultBudget)),
+
+		read(get, "/v1/cluster/peers", answer(http.StatusOK, s.listPeers), ScopeQuery),
+		withAudit("peers.add", write(post, "/v1/cluster/peers", s.addPeer, ScopeAdmin, fsm.TableCandidates, defaultBudget)),
+		withAudit("peers.remove", write(del, "/v1/cluster/peers/:machine", noContent(s.removePeer), ScopeAdmin, fsm.TableCandidates, defaultBudget)),
+		withAudit("peers.promote", write(post, "/v1/cluster/peers/:machine/promote", answer(http.StatusOK, s.promotePeer), ScopeAdmin, fsm.TableCandidates, defaultBudget)),
+		withAudit("peers.demote", write(post, "/v1/cluster/peers/:machine/demote", answer(http.StatusOK, s.demotePeer), ScopeAdmin, fsm.TableCandidates, defaultBudget)),
+	}, s.opsRoutes()...)
 }
 
 // routes registers the route table. Each route's middleware runs in this
 // order: the route's bookkeeping, authentication (unless the route is
-// public), and for a write the write middleware.
+// public), for a write its rate limit and the write middleware, and for an
+// admin action its audit line.
 func (s *Server) routes(metricsAuth bool) {
 	for _, rt := range s.routeTable(metricsAuth) {
+		s.metrics.routes[rt.path] = true
 		mw := []echo.MiddlewareFunc{withRoute(&rt)}
 		if rt.scope != ScopeNone {
 			mw = append(mw, s.require(rt.scope))
 		}
 		if rt.write {
-			mw = append(mw, s.leaderOnly)
+			mw = append(mw, s.admitWrite, s.leaderOnly)
+		}
+		if rt.audit != "" {
+			mw = append(mw, s.audited(rt.audit, rt.scope))
 		}
 		s.echo.Add(rt.method, rt.path, rt.handler, mw...)
 	}

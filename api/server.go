@@ -45,6 +45,15 @@ type Deps struct {
 	// VerifyClients makes the HTTPS API require a client certificate of the
 	// CA as well as a token (tls.verify_incoming_api).
 	VerifyClients bool
+	// Caps are this node's abuse limits (config limits.*); zero fields take
+	// DefaultCaps.
+	Caps Caps
+	// Audit receives the audit log (see Auditor); default Logger with
+	// audit=true on every line.
+	Audit *slog.Logger
+	// Version is the build's version, reported by /v1/cluster/status and
+	// in snapshot files.
+	Version string
 }
 
 // Server is the HTTP API of one candidate.
@@ -55,10 +64,13 @@ type Server struct {
 	log           *slog.Logger
 	client        *http.Client
 	rand          io.Reader
+	version       string
 	echo          *echo.Echo
 	metrics       *metrics
 	registry      *prometheus.Registry
 	httpServer    *http.Server
+	guard         *guard
+	audit         *Auditor
 }
 
 // New builds the server and its routes.
@@ -75,6 +87,7 @@ func New(d Deps) *Server {
 	if d.Rand == nil {
 		d.Rand = rand.Reader
 	}
+	d.Caps = d.Caps.withDefaults()
 	if d.Client == nil {
 		dialer := &net.Dialer{Timeout: 500 * time.Millisecond, KeepAlive: 30 * time.Second}
 		transport := &http.Transport{
@@ -82,6 +95,7 @@ func New(d Deps) *Server {
 			DialContext:         dialer.DialContext,
 			MaxIdleConns:        128,
 			MaxIdleConnsPerHost: 64,
+			MaxConnsPerHost:     d.Caps.ForwardConnections,
 			IdleConnTimeout:     90 * time.Second,
 		}
 		if d.TLS != nil {
@@ -98,12 +112,19 @@ func New(d Deps) *Server {
 		log:      d.Logger,
 		client:   d.Client,
 		rand:     d.Rand,
+		version:  d.Version,
 		registry: d.Registry,
 	}
 	s.SetTokens(d.Tokens)
 	s.metrics = newMetrics(d.Registry, d.Node)
+	s.guard = newGuard(d.Caps, d.Node, d.Registry)
+	s.audit = &Auditor{log: d.Audit, address: s.guard.clientAddress}
+	if s.audit.log == nil {
+		s.audit.log = d.Logger
+	}
 	if d.Node != nil {
 		d.Node.SetFormatProbe(s.probeFormat)
+		d.Node.SetHealthProbe(s.probeHealth)
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -141,10 +162,12 @@ func (s *Server) SetTokens(t wire.TokensFile) {
 // Handler returns the API as an http.Handler (tests use it with httptest).
 func (s *Server) Handler() http.Handler { return s.echo }
 
-// Serve serves the API on ln with the server timeouts of DESIGN §5 until
-// Shutdown — over TLS when Deps.TLS was set. It returns nil after a clean
-// shutdown.
+// Serve serves the API on ln with the server timeouts of the HTTP contract (ReadHeader 5 s, Read 10 s, Write 30 s, Idle 120 s) until
+// Shutdown — over TLS when Deps.TLS was set — capping its connections
+// (Caps.Connections overall, Caps.ConnectionsPerAddress per remote address,
+// counted before the TLS handshake). It returns nil after a clean shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	ln = s.guard.listen(ln)
 	if s.httpServer.TLSConfig != nil {
 		ln = tls.NewListener(ln, s.httpServer.TLSConfig)
 	}

@@ -13,8 +13,14 @@ import (
 // getPrimary answers who leads. known is true only on the leader with its
 // claim applied, or on a follower that heard from that leader within the
 // heartbeat timeout and applied its claim; otherwise the last known claim is
-// returned with known false. It takes no token.
+// returned with known false. It takes no token; a blocking query without a
+// valid one waits at most Caps.AnonymousWait (an authenticated one, MaxWait).
 func (s *Server) getPrimary(c echo.Context) error {
+	if c.QueryParam("index") != "" {
+		if _, err := s.authenticate(c.Request()); err != nil {
+			c.Set(waitCapKey, s.guard.caps.AnonymousWait)
+		}
+	}
 	if err := s.block(c, fsm.TablePrimary); err != nil {
 		return err
 	}
@@ -32,12 +38,17 @@ func (s *Server) primary() wire.Primary {
 }
 
 func (s *Server) getHealth(c echo.Context) error {
-	return c.JSON(http.StatusOK, health{Status: "ok", Machine: s.node.ID(), FormatLevel: formatLevel})
+	h := health{Status: "ok", Machine: s.node.ID(), FormatLevel: formatLevel}
+	s.healthProgress(&h)
+	return c.JSON(http.StatusOK, h)
 }
 
 // getReady is 200 once a leader is known and its claim is applied here.
 func (s *Server) getReady(c echo.Context) error {
 	if !s.node.Ready() {
+		if s.node.Waiting() {
+			return errWaiting
+		}
 		if _, ok := s.node.Leader(); !ok {
 			return &Error{Status: http.StatusServiceUnavailable, Code: wire.CodeNoLeader, Message: "no leader is known"}
 		}
@@ -72,7 +83,11 @@ func (s *Server) clusterStatus(c echo.Context) error {
 			ClaimedAt: st.Primary.ClaimedAt, Index: st.Primary.Index},
 		Counts:    wire.Counts{Resources: st.Counts.Resources, Leases: st.Counts.Leases, Tokens: st.Counts.Tokens},
 		StateHash: st.StateHash,
+		Format:    s.node.FSM().Format(),
+		Version:   s.version,
 	}
+	limits := s.limitsStatus()
+	out.Limits = &limits
 	if cand, ok := s.node.Candidate(st.ID); ok {
 		out.URL = cand.URL
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"log/slog"
 
 	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/fsm"
@@ -23,6 +24,7 @@ func (s *Server) issueToken(c echo.Context) (wire.IssuedToken, error) {
 	if !wire.ValidMachine(req.Machine) {
 		return wire.IssuedToken{}, badRequest(fmt.Sprintf("machine %q is not a valid machine name", req.Machine))
 	}
+	auditDetail(c, slog.String("machine", req.Machine))
 	var secret [32]byte
 	if _, err := io.ReadFull(s.rand, secret[:]); err != nil {
 		return wire.IssuedToken{}, fmt.Errorf("draw token: %w", err)
@@ -45,6 +47,7 @@ func (s *Server) revokeToken(c echo.Context) error {
 	if !wire.ValidMachine(machine) {
 		return badRequest(fmt.Sprintf("machine %q is not a valid machine name", machine))
 	}
+	auditDetail(c, slog.String("machine", machine))
 	if _, err := s.propose(c, fsm.RevokeToken{Machine: machine}); err != nil {
 		return err
 	}

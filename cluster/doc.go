@@ -16,4 +16,15 @@
 // (future.Error and the FSM's response) and tells apart a write that surely
 // did not happen (ErrNotLeader, ErrNoLeader, ErrNotReady) from one whose
 // outcome is unknown (ErrOutcomeUnknown). ReadIndex makes a read linearizable.
+//
+// Membership: Candidates resolves the servers from the replicated candidate
+// directory (the configuration before it exists); AddPeer, RemovePeer,
+// PromotePeer and DemotePeer change them on the leader, whose maintenance
+// loop seeds the directory, keeps it in step with Raft and promotes caught-up
+// non-voters; Recover rewrites a stopped node's configuration after a lost
+// quorum (ARCHITECTURE.md, "Membership").
+//
+// The operations (ops.go) are Backup (a copy after a ReadIndex), Restore (a
+// backup rebased once on the leader and installed through raft.Restore) and
+// TransferLeadershipTo (answered once the new leader's claim is applied).
 package cluster

@@ -104,6 +104,7 @@ func (n *Node) leadTerm(ctx context.Context, l *leadership) {
 		if err == nil {
 			close(l.ready)
 			n.log.Info("claimed primary", "generation", p.Generation, "index", p.Index, "now_ms", p.ClaimedAt)
+			n.snapshotAfterRestore()
 			break
 		}
 		n.log.Warn("claim primary failed", "term", l.term, "attempt", attempt, "err", err)
@@ -113,10 +114,14 @@ func (n *Node) leadTerm(ctx context.Context, l *leadership) {
 		case <-time.After(n.cfg.HeartbeatTimeout):
 		}
 	}
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
 		n.raiseFormat(ctx, l)
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.maintainMembers(ctx, l)
 	}()
 	n.sweepLoop(ctx, l)
 }

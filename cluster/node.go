@@ -9,13 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/elanous/elanous-node/cluster/certs"
 	"github.com/elanous/elanous-node/fsm"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 )
 
 // Candidate is one machine that may lead: its name (the Raft server ID), its
@@ -53,8 +52,8 @@ type Config struct {
 	LeaderLeaseTimeout time.Duration // default 250ms
 	CommitTimeout      time.Duration // default 50ms
 	SnapshotThreshold  uint64        // default 8192
-	SnapshotInterval   time.Duration // default 120s
-	TrailingLogs       uint64        // default 10240
+	SnapshotInterval   time.Duration // default 5s
+	TrailingLogs       uint64        // default 2048
 	MaxAppendEntries   int           // default 64
 	// Grace is added to every remaining TTL when a new leader claims; default
 	// twice the election timeout.
@@ -83,6 +82,19 @@ type Config struct {
 	// FormatCheckInterval is how often a leader whose cluster is below this
 	// build's format level asks the servers for theirs; default 5s.
 	FormatCheckInterval time.Duration
+	// HealthProbe is how the leader learns how far another server has
+	// applied the log; see SetHealthProbe.
+	HealthProbe HealthProbe
+	// MembershipInterval is how often the leader probes the servers, keeps
+	// the candidate directory in step with Raft and promotes caught-up
+	// non-voters (maintain.go); default 1s.
+	MembershipInterval time.Duration
+	// ServerStabilization is how long a new server must stay caught up
+	// before the leader promotes it to voter; default 3s.
+	ServerStabilization time.Duration
+	// MaxLag is how many entries a server may have applied fewer than the
+	// leader and still count as caught up; default 256.
+	MaxLag uint64
 
 	// WallClock is read once per election won; default the system clock.
 	WallClock func() time.Time
@@ -108,16 +120,21 @@ func (c *Config) setDefaults() {
 	def(&c.ElectionTimeout, 500*time.Millisecond)
 	def(&c.LeaderLeaseTimeout, 250*time.Millisecond)
 	def(&c.CommitTimeout, 50*time.Millisecond)
-	def(&c.SnapshotInterval, 120*time.Second)
+	def(&c.SnapshotInterval, 5*time.Second)
 	def(&c.Grace, 2*c.ElectionTimeout)
 	def(&c.SweepInterval, 5*time.Second)
 	def(&c.ClaimTimeout, 10*time.Second)
 	def(&c.FormatCheckInterval, 5*time.Second)
+	def(&c.MembershipInterval, time.Second)
+	def(&c.ServerStabilization, 3*time.Second)
+	if c.MaxLag == 0 {
+		c.MaxLag = 256
+	}
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = 8192
 	}
 	if c.TrailingLogs == 0 {
-		c.TrailingLogs = 10240
+		c.TrailingLogs = 2048
 	}
 	if c.MaxAppendEntries == 0 {
 		c.MaxAppendEntries = 64
@@ -145,7 +162,9 @@ type Node struct {
 	stores *Stores
 	closer []io.Closer
 	log    *slog.Logger
-	byID   map[string]Candidate
+	// live is raft once NewRaft returned; the candidate resolution
+	// (directory.go) reads it, and may run before New returns.
+	live atomic.Pointer[raft.Raft]
 
 	notifyCh chan bool
 	stop     chan struct{}
@@ -154,13 +173,16 @@ type Node struct {
 	stats    applyStats
 	batches  batchStats
 	announce announcer
+	members  members
+	ops      opsState
 
-	mu       sync.Mutex
-	probe    FormatProbe // guarded by mu
-	lead     *leadership // non-nil while this node leads; guarded by mu
-	closed   bool        // guarded by mu
-	elected  uint64      // elections won by this node; guarded by mu
-	observed uint64      // leader changes observed; guarded by mu
+	mu          sync.Mutex
+	probe       FormatProbe // guarded by mu
+	healthProbe HealthProbe // guarded by mu
+	lead        *leadership // non-nil while this node leads; guarded by mu
+	closed      bool        // guarded by mu
+	elected     uint64      // elections won by this node; guarded by mu
+	observed    uint64      // leader changes observed; guarded by mu
 }
 
 // New opens (or creates) the node's stores, starts Raft and, when the node has
@@ -169,18 +191,15 @@ type Node struct {
 func New(cfg Config) (*Node, error) {
 	cfg.setDefaults()
 	n := &Node{
-		cfg:      cfg,
-		fsm:      fsm.New(),
-		log:      cfg.Logger.With("node", cfg.ID, "component", "cluster"),
-		byID:     map[string]Candidate{},
-		notifyCh: make(chan bool, 16),
-		probe:    cfg.FormatProbe,
-		stop:     make(chan struct{}),
+		cfg:         cfg,
+		fsm:         fsm.New(),
+		log:         cfg.Logger.With("node", cfg.ID, "component", "cluster"),
+		notifyCh:    make(chan bool, 16),
+		probe:       cfg.FormatProbe,
+		healthProbe: cfg.HealthProbe,
+		stop:        make(chan struct{}),
 	}
-	for _, c := range cfg.Candidates {
-		n.byID[c.Machine] = c
-	}
-	if _, ok := n.byID[cfg.ID]; !ok {
+	if _, ok := n.configured(cfg.ID); !ok {
 		return nil, fmt.Errorf("node %q is not among the candidates", cfg.ID)
 	}
 	stores := cfg.Stores
@@ -218,6 +237,10 @@ func New(cfg Config) (*Node, error) {
 	rc.MaxAppendEntries = cfg.MaxAppendEntries
 	rc.BatchApplyCh = cfg.BatchApply
 	rc.NotifyCh = n.notifyCh
+	// A server removed from the configuration (peers remove) keeps running
+	// as a follower of no cluster, like a node waiting to be added, rather
+	// than shutting raft down under a running API.
+	rc.ShutdownOnRemove = false
 	rc.Logger = raftLogger(cfg)
 	if err := raft.ValidateConfig(rc); err != nil {
 		n.closeAll()
@@ -229,12 +252,13 @@ func New(cfg Config) (*Node, error) {
 		n.closeAll()
 		return nil, fmt.Errorf("inspect raft state: %w", err)
 	}
-	r, err := raft.NewRaft(rc, n.fsm, stores.Logs, stores.Stable, stores.Snapshots, trans)
+	r, err := raft.NewRaft(rc, restoreTracker{FSM: n.fsm, ops: &n.ops}, stores.Logs, stores.Stable, stores.Snapshots, trans)
 	if err != nil {
 		n.closeAll()
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
 	n.raft = r
+	n.live.Store(r)
 	if !has && cfg.Bootstrap {
 		var servers []raft.Server
 		for _, c := range cfg.Candidates {
@@ -246,6 +270,9 @@ func New(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("bootstrap cluster: %w", err)
 		}
 		n.log.Info("bootstrapped cluster", "candidates", len(servers))
+	}
+	if !has && !cfg.Bootstrap {
+		n.log.Info("no raft state and bootstrap off: waiting to be added to a cluster (peers add)")
 	}
 	n.wg.Add(1)
 	go n.watchLeadership()
@@ -260,12 +287,9 @@ func openStores(cfg Config) (*Stores, io.Closer, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("create raft dir: %w", err)
 	}
-	bolt, err := raftboltdb.New(raftboltdb.Options{
-		Path:        filepath.Join(dir, "raft.db"),
-		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: cfg.NoFreelistSync, FreelistType: bbolt.FreelistMapType},
-	})
+	bolt, err := openBolt(filepath.Join(dir, "raft.db"), cfg.NoFreelistSync)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open raft log store %s: %w", filepath.Join(dir, "raft.db"), err)
+		return nil, nil, err
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, raftLogger(cfg))
 	if err != nil {
@@ -333,15 +357,6 @@ func (n *Node) Raft() *raft.Raft { return n.raft }
 
 // ID returns this node's machine name.
 func (n *Node) ID() string { return n.cfg.ID }
-
-// Candidate returns the candidate entry named machine.
-func (n *Node) Candidate(machine string) (Candidate, bool) {
-	c, ok := n.byID[machine]
-	return c, ok
-}
-
-// Candidates returns the configured candidates.
-func (n *Node) Candidates() []Candidate { return append([]Candidate(nil), n.cfg.Candidates...) }
 
 // HeartbeatTimeout returns the configured raft heartbeat timeout.
 func (n *Node) HeartbeatTimeout() time.Duration { return n.cfg.HeartbeatTimeout }

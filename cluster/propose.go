@@ -36,8 +36,10 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (Applied, error) {
 	}
 	// An acquire is never batched: its fence is its entry's index, which no
 	// other grant may share. Acquires go out as entries of their own, which
-	// raft still writes to disk together (BatchApply).
-	if l.batcher != nil && n.fsm.Format() >= 2 && cmd.Type() != fsm.AcquireLeaseType {
+	// raft still writes to disk together (BatchApply). So does a command a
+	// batch may not hold (fsm.Batchable: a limits change); in a batch it
+	// would make the whole batch, and every write queued with it, refused.
+	if l.batcher != nil && n.fsm.Format() >= 2 && cmd.Type() != fsm.AcquireLeaseType && fsm.Batchable(cmd.Type()) {
 		return l.batcher.propose(ctx, cmd)
 	}
 	return n.apply(ctx, fsm.Stamp(cmd, l.now()), 0)
@@ -90,6 +92,10 @@ func (n *Node) apply(ctx context.Context, cmd fsm.Command, timeout time.Duration
 	case err = <-done:
 	case <-ctx.Done():
 		return Applied{}, fmt.Errorf("%w: %v", ErrOutcomeUnknown, ctx.Err())
+	case <-n.stop:
+		// With raft.batch_apply an entry still queued when raft shuts
+		// down never gets an answer: do not wait for one after Close.
+		return Applied{}, fmt.Errorf("%w: %v", ErrOutcomeUnknown, ErrClosed)
 	}
 	n.observeApply(time.Since(start), err)
 	if err != nil {
@@ -101,6 +107,10 @@ func (n *Node) apply(ctx context.Context, cmd fsm.Command, timeout time.Duration
 			return Applied{}, ErrNoLeader
 		case errors.Is(err, raft.ErrEnqueueTimeout):
 			return Applied{}, fmt.Errorf("%w: %v", ErrNoLeader, err)
+		case errors.Is(err, raft.ErrLeadershipTransferInProgress):
+			// Refused before it entered the log: the caller waits for the
+			// next leader, as it does for one that has not claimed yet.
+			return Applied{}, fmt.Errorf("%w: %v", ErrNotReady, err)
 		case errors.Is(err, raft.ErrRaftShutdown):
 			return Applied{}, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
 		default: // ErrLeadershipLost and anything else after enqueue

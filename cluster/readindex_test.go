@@ -89,3 +89,48 @@ func TestNode_ReadIndexOnAPartitionedLeader(t *testing.T) {
 		t.Fatalf("read after ReadIndex() on the new leader = %+v, %v, want the write at index %d", r, ok, res.Index)
 	}
 }
+
+// TestNode_PrecheckClockSkewDeposedLeaderRefusesNothing is the regression test
+// of the fault suite's clock-skew finding: a leader that still believes it
+// leads after the cluster moved on answered a release 409 lease-mismatch from
+// its stale state, without proposing, while the new leader held that lease.
+// A refusal is a read, so Precheck confirms it as a ReadIndex does; on the
+// cut-off leader that fails, and Precheck leaves the verdict to Propose. The
+// same refusal on a leader that can reach its quorum is answered.
+func TestNode_PrecheckClockSkewDeposedLeaderRefusesNothing(t *testing.T) {
+	tc := newTestCluster(t, 3, slowTimeouts(500*time.Millisecond, 500*time.Millisecond))
+	li := tc.readyLeader()
+	old := tc.nodes[li]
+	unknown := fsm.HeartbeatResource{Caller: fsm.Caller{Owner: "o1"}, ID: "machine:nobody"}
+	if err := old.Precheck(context.Background(), unknown); !errors.Is(err, fsm.ErrNotFound) {
+		t.Fatalf("Precheck(heartbeat of an unknown id) on the connected leader = %v, want %v", err, fsm.ErrNotFound)
+	}
+
+	failed := make(chan raft.Observation, 64)
+	observer := raft.NewObserver(failed, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.FailedHeartbeatObservation)
+		return ok
+	})
+	old.Raft().RegisterObserver(observer)
+	defer old.Raft().DeregisterObserver(observer)
+	tc.isolate(li)
+	cut := map[raft.ServerID]bool{}
+	testutil.WaitFor(t, "a failed heartbeat from the cut-off leader to each peer", 5*time.Second, func() bool {
+		for {
+			select {
+			case o := <-failed:
+				cut[o.Data.(raft.FailedHeartbeatObservation).PeerID] = true
+			default:
+				return len(cut) == len(tc.nodes)-1
+			}
+		}
+	})
+	if _, err := old.readyLeadership(); err != nil {
+		t.Fatalf("setup: the leader stopped leading as soon as it was cut off (%v); its lease is 500 ms", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := old.Precheck(ctx, unknown); err != nil {
+		t.Fatalf("Precheck() on the cut-off leader = %v, want nil (it cannot confirm it still leads)", err)
+	}
+}

@@ -15,16 +15,6 @@ func (n *Node) logStore() raft.LogStore {
 	return n.stores.Logs
 }
 
-// Leader returns the candidate this node believes leads, if any.
-func (n *Node) Leader() (Candidate, bool) {
-	_, id := n.raft.LeaderWithID()
-	if id == "" {
-		return Candidate{}, false
-	}
-	c, ok := n.byID[string(id)]
-	return c, ok
-}
-
 // IsLeader reports whether this node leads (claim applied or not).
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 

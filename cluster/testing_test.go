@@ -35,7 +35,8 @@ func newTestCluster(t *testing.T, n int, tweak func(i int, c *Config)) *testClus
 	tc := &testCluster{t: t}
 	var cands []Candidate
 	for i := 0; i < n; i++ {
-		addr, tr := raft.NewInmemTransport("")
+		// A host:port address, as the candidate directory wants.
+		addr, tr := raft.NewInmemTransport(raft.ServerAddress(fmt.Sprintf("127.0.0.1:%d", 7000+i)))
 		tc.trans = append(tc.trans, tr)
 		cands = append(cands, Candidate{Machine: fmt.Sprintf("node-%c", 'a'+i), URL: fmt.Sprintf("http://127.0.0.1:%d", 1000+i), Raft: string(addr)})
 	}

@@ -17,6 +17,7 @@ type Config struct {
 	Ports   PortsConfig   `mapstructure:"ports"`
 	Log     LogConfig     `mapstructure:"log"`
 	TLS     TLSConfig     `mapstructure:"tls"`
+	Limits  LimitsConfig  `mapstructure:"limits"`
 }
 
 // NodeConfig names this node and says where it keeps its state.
@@ -146,6 +147,11 @@ type LogConfig struct {
 	// Access turns on the HTTP access log: one Info line per request
 	// (log.access); off by default.
 	Access bool `mapstructure:"access"`
+	// AuditFile is where the audit log goes (log.audit_file): one JSON line
+	// per admin action and per authentication failure, appended to a file
+	// created with mode 0600. Empty means the main log, each line marked
+	// audit=true.
+	AuditFile string `mapstructure:"audit_file"`
 }
 
 // TLSConfig turns on TLS: HTTPS for the API and mutual TLS for Raft (tls.*).
@@ -188,8 +194,8 @@ func Default() Config {
 			LeaderLeaseTimeout: 250 * time.Millisecond,
 			CommitTimeout:      50 * time.Millisecond,
 			SnapshotThreshold:  8192,
-			SnapshotInterval:   120 * time.Second,
-			TrailingLogs:       10240,
+			SnapshotInterval:   5 * time.Second,
+			TrailingLogs:       2048,
 			MaxAppendEntries:   64,
 			BatchApply:         true,
 			LogCache:           1024,
@@ -202,7 +208,8 @@ func Default() Config {
 			Test:     Band{Start: 31450, End: 31499},
 			Offline:  Band{Start: 31500, End: 31509},
 		},
-		Log: LogConfig{Level: "info", Format: "text"},
+		Log:    LogConfig{Level: "info", Format: "text"},
+		Limits: DefaultLimits(),
 	}
 }
 

@@ -215,6 +215,8 @@ func setDefaults(v *viper.Viper, d Config) {
 	v.SetDefault("tls.key_file", d.TLS.KeyFile)
 	v.SetDefault("tls.verify_incoming_api", d.TLS.VerifyIncomingAPI)
 	v.SetDefault("tls.allow_plaintext", d.TLS.AllowPlaintext)
+
+	setLimitDefaults(v, d)
 }
 
 // knownKeys returns the set of every configuration key, as setDefaults registers them.

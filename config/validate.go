@@ -80,9 +80,10 @@ func (p *problems) addErr(key string, err error) {
 // Validate checks c as a whole and returns every problem found, joined with
 // errors.Join, each message starting with the key it is about; nil means c
 // can be served. It checks names, addresses and URLs, the candidate list
-// (non-empty, no duplicates, this node in it and consistent with its
-// advertise addresses), Raft timing (hashicorp/raft's rules), port bands and
-// log settings.
+// (no duplicates; non-empty and naming this node unless cluster.bootstrap is
+// false; this node's entry consistent with its advertise addresses), Raft
+// timing (hashicorp/raft's rules), port bands and log settings, and the local
+// abuse limits (limits.*).
 func (c Config) Validate() error {
 	var p problems
 	c.validateNode(&p)
@@ -92,6 +93,7 @@ func (c Config) Validate() error {
 	c.validatePorts(&p)
 	c.validateLog(&p)
 	c.validateTLS(&p)
+	c.validateLimits(&p)
 	return errors.Join(p...)
 }
 
@@ -162,7 +164,9 @@ func (c Config) validateRaft(p *problems) {
 func (c Config) validateCluster(p *problems) {
 	cands := c.Cluster.Candidates
 	if len(cands) == 0 {
-		p.add(candidatesKey, "must list at least one candidate (this node included)")
+		if c.Cluster.Bootstrap {
+			p.add(candidatesKey, "must list at least one candidate (this node included); a node that joins a running cluster sets cluster.bootstrap: false")
+		}
 		return
 	}
 	machines := make(map[string]int)
@@ -194,7 +198,12 @@ func (c Config) validateCluster(p *problems) {
 	}
 	self, ok := c.Self()
 	if !ok {
-		p.add(candidatesKey, "node.id %q is not among the candidates", c.Node.ID)
+		// A node that waits to be added (bootstrap off) need not list
+		// itself: it is added with peers add, and its own entry is its
+		// advertise addresses.
+		if c.Cluster.Bootstrap {
+			p.add(candidatesKey, "node.id %q is not among the candidates (a node that joins a running cluster sets cluster.bootstrap: false)", c.Node.ID)
+		}
 		return
 	}
 	// This node's entry is what the other candidates and members use to reach

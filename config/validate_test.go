@@ -60,6 +60,8 @@ func TestConfig_Validate(t *testing.T) {
 
 		// cluster
 		{"no candidates", func(c *Config) { c.Cluster.Candidates = nil }, "cluster.candidates: must list at least one candidate"},
+		{"joining node lists itself wrongly", func(c *Config) { c.Cluster.Bootstrap = false; c.Raft.Advertise = "127.0.0.1:9999" },
+			`raft.advertise: "127.0.0.1:9999" differs from this node's candidate raft address`},
 		{"candidate bad machine", func(c *Config) { c.Cluster.Candidates[1].Machine = "Node_B" },
 			`cluster.candidates[1].machine: "Node_B" must match`},
 		{"candidate duplicate machine", func(c *Config) { c.Cluster.Candidates[2].Machine = "node-b" },
@@ -173,6 +175,14 @@ func TestConfig_ValidateAcceptsVariants(t *testing.T) {
 		{"no reserved ports", func(c *Config) { c.Ports.Reserved = nil }},
 		{"adjacent bands", func(c *Config) { c.Ports.Offline = Band{Start: 31500, End: 31500} }},
 		{"json debug logs", func(c *Config) { c.Log = LogConfig{Level: "debug", Format: "json"} }},
+		// A node that waits to be added (peers add) need not list itself, nor anyone.
+		{"joining node not among the candidates", func(c *Config) {
+			c.Cluster.Bootstrap = false
+			c.Node.ID, c.HTTP.Advertise, c.Raft.Advertise = "node-d", "http://127.0.0.1:31443", "127.0.0.1:31442"
+		}},
+		{"joining node without candidates", func(c *Config) {
+			c.Cluster.Bootstrap, c.Cluster.Candidates = false, nil
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

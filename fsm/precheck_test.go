@@ -52,3 +52,38 @@ func TestFSM_Precheck(t *testing.T) {
 		t.Errorf("Precheck(register) = %v, want nil", err)
 	}
 }
+
+// From format 2 a register or an acquire past a quota, or a machine id that
+// names another machine, is refused by Precheck as by Apply; one under the
+// quota passes both.
+func TestFSM_PrecheckQuotas(t *testing.T) {
+	h := format2(t)
+	h.mustApply(SetLimits{Header: Header{Now: t0}, Limits: Limits{ResourcesPerMachine: 1, LeasesPerMachine: 1}})
+	reg := registerCmd(t0, memberCaller, "machine:mbp", "mbp")
+	if err := h.f.Precheck(reg, t0); err != nil {
+		t.Fatalf("Precheck(first register) = %v, want nil", err)
+	}
+	h.mustApply(reg)
+	if err := h.f.Precheck(reg, t0); err != nil {
+		t.Errorf("Precheck(the same register again) = %v, want nil (an upsert adds nothing)", err)
+	}
+	second := registerCmd(t0, memberCaller, "instance:mbp/1", "mbp")
+	second.Kind = "instance"
+	squat := registerCmd(t0, memberCaller, "machine:other", "mbp")
+	acq := acquireCmd(t0, memberCaller, "lease-2") // the baseline holds mbp's one lease
+	for _, tt := range []struct {
+		cmd  Command
+		want error
+	}{{second, ErrQuotaExceeded}, {squat, ErrInvalidCommand}, {acq, ErrQuotaExceeded}} {
+		if err := h.f.Precheck(tt.cmd, t0); !errors.Is(err, tt.want) {
+			t.Errorf("Precheck(%T) = %v, want %v", tt.cmd, err, tt.want)
+		}
+		if err, _ := h.apply(tt.cmd).(error); !errors.Is(err, tt.want) {
+			t.Errorf("Apply(%T) = %v, want %v", tt.cmd, err, tt.want)
+		}
+	}
+	// Once mbp's lease is due, an acquire may replace it: Precheck lets it through.
+	if err := h.f.Precheck(acquireCmd(t0+10*ttl, memberCaller, "lease-3"), t0+10*ttl); err != nil {
+		t.Errorf("Precheck(acquire while the machine's lease is due) = %v, want nil", err)
+	}
+}

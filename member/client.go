@@ -245,6 +245,11 @@ func (c *Client) do(ctx context.Context, req request, out any) (http.Header, err
 	if err != nil {
 		return nil, err
 	}
+	return c.doAt(ctx, target, req, out)
+}
+
+// doAt is do with the target given.
+func (c *Client) doAt(ctx context.Context, target Address, req request, out any) (http.Header, error) {
 	endpoint := target.URL + req.path
 	if len(req.query) > 0 {
 		endpoint += "?" + req.query.Encode()

@@ -7,7 +7,8 @@
 //     concurrently, the highest generation whose holder is a configured
 //     candidate wins, and the first candidate is the fallback. It also applies
 //     the token precedence rules, so a token is only ever sent to an address it
-//     was configured or joined for.
+//     was configured or joined for, or that the cluster listed in answer to
+//     that token (Learn).
 //   - Client speaks every endpoint of the HTTP API and returns the api/wire
 //     types; a non-2xx answer is an *APIError, an unreachable server wraps
 //     ErrUnreachable.
@@ -19,6 +20,9 @@
 //   - ReadJoinFile and WriteJoinFile handle control/join.json (mode 0600,
 //     written atomically, never widening scopes).
 //   - WatchPrimary follows the primary claim with blocking queries.
+//   - FollowCandidates keeps the candidate list in step with the cluster's
+//     (GET /v1/cluster/peers) and the join file's "candidates" with it;
+//     Resolver.Learn decides what a listed candidate is trusted with.
 //
 // Beyond the TypeScript client, the heartbeat and the lease keeper re-resolve
 // the primary and retry once at once after a network error or a 503, so a

@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/elanous/elanous-node/api/wire"
@@ -87,12 +88,14 @@ type ResolverConfig struct {
 }
 
 // Resolver finds the primary among the candidates and the token that may be
-// sent to it. It is safe for concurrent use; it keeps no state between calls.
+// sent to it. It is safe for concurrent use. Its only state is the candidate
+// list (and the join file's), which a refresh from the cluster may replace
+// (see Learn).
 type Resolver struct {
-	candidates   []Candidate
+	cur          atomic.Pointer[resolverView]
+	learnMu      sync.Mutex // serializes Learn
 	configURL    string
 	configTokens Tokens
-	join         *Join
 	localURL     string
 	localTokens  Tokens
 	role         Scope
@@ -100,6 +103,18 @@ type Resolver struct {
 	timeout      time.Duration
 	log          *slog.Logger
 }
+
+// resolverView is the replaceable part of a Resolver: the candidates and the
+// join file as of now. A view is never changed; Learn stores a new one and
+// closes the old one's replaced.
+type resolverView struct {
+	candidates []Candidate
+	join       *Join // nil without a join file
+	replaced   chan struct{}
+}
+
+// view returns the resolver's current candidates and join file.
+func (r *Resolver) view() *resolverView { return r.cur.Load() }
 
 // NewResolver validates cfg as resolveLeasePrimary does — candidate names
 // (ErrInvalidCandidate), no duplicate name (ErrDuplicateCandidate), every
@@ -131,6 +146,7 @@ func NewResolver(cfg ResolverConfig) (*Resolver, error) {
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
+	v := &resolverView{replaced: make(chan struct{})}
 	seen := make(map[string]bool, len(cfg.Candidates))
 	for _, c := range cfg.Candidates {
 		if c.Machine != "" {
@@ -149,7 +165,7 @@ func NewResolver(cfg ResolverConfig) (*Resolver, error) {
 		if err := c.Tokens.validate(); err != nil {
 			return nil, fmt.Errorf("candidate %q: %w", c.Machine, err)
 		}
-		r.candidates = append(r.candidates, Candidate{Machine: c.Machine, URL: origin, Tokens: c.Tokens.clone()})
+		v.candidates = append(v.candidates, Candidate{Machine: c.Machine, URL: origin, Tokens: c.Tokens.clone()})
 	}
 	var err error
 	if cfg.URL != "" {
@@ -167,18 +183,27 @@ func NewResolver(cfg ResolverConfig) (*Resolver, error) {
 		if err != nil {
 			return nil, fmt.Errorf("join file url: %w", err)
 		}
-		r.join = &Join{URL: origin, Machine: cfg.Join.Machine, Tokens: cfg.Join.Tokens.clone(), CA: cfg.Join.CA}
+		v.join = &Join{URL: origin, Machine: cfg.Join.Machine, Tokens: cfg.Join.Tokens.clone(), CA: cfg.Join.CA, Candidates: cloneCandidates(cfg.Join.Candidates)}
 	}
-	if len(r.candidates) == 0 && r.configURL == "" && r.join == nil && r.localURL == "" {
+	if len(v.candidates) == 0 && r.configURL == "" && v.join == nil && r.localURL == "" {
 		return nil, ErrNoCandidates
 	}
+	r.cur.Store(v)
 	return r, nil
 }
 
 // Candidates returns the validated candidates, URLs normalized.
-func (r *Resolver) Candidates() []Candidate {
-	out := make([]Candidate, len(r.candidates))
-	for i, c := range r.candidates {
+// The list is the configured one until a refresh from the cluster replaces
+// it (Learn).
+func (r *Resolver) Candidates() []Candidate { return cloneCandidates(r.view().candidates) }
+
+// cloneCandidates deep-copies a candidate list.
+func cloneCandidates(list []Candidate) []Candidate {
+	if list == nil {
+		return nil
+	}
+	out := make([]Candidate, len(list))
+	for i, c := range list {
 		out[i] = Candidate{Machine: c.Machine, URL: c.URL, Tokens: c.Tokens.clone()}
 	}
 	return out
@@ -197,12 +222,13 @@ func (r *Resolver) Role() Scope { return r.role }
 // An unreachable candidate is not an error; Resolve fails only on a token of
 // the wrong form (ErrInvalidToken) or no address at all.
 func (r *Resolver) Resolve(ctx context.Context) (Address, error) {
-	if len(r.candidates) == 0 {
-		return r.resolveStatic()
+	v := r.view()
+	if len(v.candidates) == 0 {
+		return r.resolveStatic(v)
 	}
-	replies := make([]primaryReply, len(r.candidates))
+	replies := make([]primaryReply, len(v.candidates))
 	var wg sync.WaitGroup
-	for i, c := range r.candidates {
+	for i, c := range v.candidates {
 		wg.Go(func() {
 			qctx, cancel := context.WithTimeout(ctx, r.timeout)
 			defer cancel()
@@ -215,7 +241,7 @@ func (r *Resolver) Resolve(ctx context.Context) (Address, error) {
 		if !reply.valid {
 			continue
 		}
-		holder := r.holderIndex(reply)
+		holder := holderIndex(v.candidates, reply)
 		if holder >= 0 && (winner < 0 || reply.generation > generation) {
 			winner, generation, holderName = holder, reply.generation, reply.holder
 		}
@@ -224,8 +250,8 @@ func (r *Resolver) Resolve(ctx context.Context) (Address, error) {
 	if winner >= 0 {
 		selected = winner
 	}
-	sel := r.candidates[selected]
-	addr, err := r.addressAt(sel.URL, sel.Tokens, false)
+	sel := v.candidates[selected]
+	addr, err := r.addressAt(v, sel.URL, sel.Tokens, false)
 	if err != nil {
 		return Address{}, err
 	}
@@ -249,19 +275,26 @@ func (r *Resolver) Route(ctx context.Context) (Address, error) {
 	if err != nil || addr.Token != "" {
 		return addr, err
 	}
-	for _, c := range r.candidates {
-		alt, err := r.addressAt(c.URL, c.Tokens, false)
+	v := r.view()
+	for _, c := range v.candidates {
+		alt, err := r.addressAt(v, c.URL, c.Tokens, false)
 		if err == nil && alt.Token != "" {
 			alt.Source, alt.Candidate = "lease", c.Machine
 			alt.Holder, alt.Generation = addr.Holder, addr.Generation
 			return alt, nil
 		}
 	}
-	for _, u := range []string{r.joinURL(), r.configURL} {
-		if u == "" || len(r.candidates) == 0 {
+	fallbacks := []string{v.joinURL()}
+	if v.join != nil {
+		for _, c := range v.join.Candidates {
+			fallbacks = append(fallbacks, c.URL)
+		}
+	}
+	for _, u := range append(fallbacks, r.configURL) {
+		if u == "" || len(v.candidates) == 0 {
 			continue
 		}
-		alt, err := r.addressAt(u, nil, false)
+		alt, err := r.addressAt(v, u, nil, false)
 		if err == nil && alt.Token != "" {
 			alt.Source, alt.Holder, alt.Generation = "lease", addr.Holder, addr.Generation
 			return alt, nil
@@ -280,29 +313,48 @@ func (r *Resolver) AddressFor(rawURL string) (Address, error) {
 	if err != nil {
 		return Address{}, err
 	}
-	for _, c := range r.candidates {
+	v := r.view()
+	for _, c := range v.candidates {
 		if c.URL == origin {
-			addr, err := r.addressAt(origin, c.Tokens, false)
+			addr, err := r.addressAt(v, origin, c.Tokens, false)
 			addr.Source, addr.Candidate = "lease", c.Machine
 			return addr, err
 		}
 	}
-	return r.addressAt(origin, nil, len(r.candidates) == 0)
+	return r.addressAt(v, origin, nil, len(v.candidates) == 0)
 }
 
-func (r *Resolver) joinURL() string {
-	if r.join == nil {
+func (v *resolverView) joinURL() string {
+	if v.join == nil {
 		return ""
 	}
-	return r.join.URL
+	return v.join.URL
+}
+
+// joinTrusts reports whether the join file's tokens may go to target: its
+// URL, or a candidate the cluster listed to the member when it asked with
+// the join file's credentials (Join.Candidates).
+func (v *resolverView) joinTrusts(target string) bool {
+	if v.join == nil {
+		return false
+	}
+	if v.join.URL == target {
+		return true
+	}
+	for _, c := range v.join.Candidates {
+		if c.URL == target {
+			return true
+		}
+	}
+	return false
 }
 
 // resolveStatic is primary.ts resolveStaticPrimary: the configured URL, else
 // the join file's, else the local one.
-func (r *Resolver) resolveStatic() (Address, error) {
+func (r *Resolver) resolveStatic(v *resolverView) (Address, error) {
 	target, source := r.configURL, "config"
-	if target == "" && r.join != nil {
-		target, source = r.join.URL, "join"
+	if target == "" && v.join != nil {
+		target, source = v.join.URL, "join"
 	}
 	if target == "" {
 		target, source = r.localURL, "local"
@@ -310,7 +362,7 @@ func (r *Resolver) resolveStatic() (Address, error) {
 	if target == "" {
 		return Address{}, ErrNoCandidates
 	}
-	addr, err := r.addressAt(target, nil, true)
+	addr, err := r.addressAt(v, target, nil, true)
 	if err != nil {
 		return Address{}, err
 	}
@@ -324,10 +376,11 @@ func (r *Resolver) resolveStatic() (Address, error) {
 //  2. the configured tokens — in lease resolution only when target is the
 //     configured address, in static resolution always (as primary.ts does);
 //  3. the join file's token for the role, only when target is the join
-//     file's address (query falls back to the joined member token);
+//     file's address or a candidate the cluster listed to it (joinTrusts;
+//     query falls back to the joined member token);
 //  4. the local tokens.json, only for the local address and only when the
 //     join file does not name that address.
-func (r *Resolver) addressAt(target string, own Tokens, static bool) (Address, error) {
+func (r *Resolver) addressAt(v *resolverView, target string, own Tokens, static bool) (Address, error) {
 	role := r.role
 	configured, has := own[role]
 	if !has && (static || (r.configURL != "" && r.configURL == target)) {
@@ -337,10 +390,10 @@ func (r *Resolver) addressAt(target string, own Tokens, static bool) (Address, e
 		return Address{}, fmt.Errorf("%w for %s", ErrInvalidToken, target)
 	}
 	joined, hasJoined := "", false
-	if r.join != nil && r.join.URL == target {
-		joined, hasJoined = r.join.Tokens[role]
+	if v.joinTrusts(target) {
+		joined, hasJoined = v.join.Tokens[role]
 		if !hasJoined && role == ScopeQuery {
-			joined, hasJoined = r.join.Tokens[ScopeMember]
+			joined, hasJoined = v.join.Tokens[ScopeMember]
 		}
 	}
 	addr := Address{URL: target}
@@ -349,11 +402,11 @@ func (r *Resolver) addressAt(target string, own Tokens, static bool) (Address, e
 		addr.Token = configured
 	case hasJoined:
 		addr.Token = joined
-	case r.localURL != "" && target == r.localURL && (r.join == nil || r.join.URL != target):
+	case r.localURL != "" && target == r.localURL && !v.joinTrusts(target):
 		addr.Token = r.localTokens[role]
 	}
-	if hasJoined && addr.Token != "" && addr.Token == joined && r.join.Machine != "" {
-		addr.Machine = r.join.Machine
+	if hasJoined && addr.Token != "" && addr.Token == joined && v.join.Machine != "" {
+		addr.Machine = v.join.Machine
 	}
 	return addr, nil
 }
@@ -361,8 +414,8 @@ func (r *Resolver) addressAt(target string, own Tokens, static bool) (Address, e
 // holderIndex returns the candidate an answer names as holder, or -1: the
 // candidate with that machine name or, for an unnamed candidate, the one
 // whose origin is the answer's url.
-func (r *Resolver) holderIndex(reply primaryReply) int {
-	for i, c := range r.candidates {
+func holderIndex(candidates []Candidate, reply primaryReply) int {
+	for i, c := range candidates {
 		if c.Machine != "" && c.Machine == reply.holder {
 			return i
 		}
@@ -371,7 +424,7 @@ func (r *Resolver) holderIndex(reply primaryReply) int {
 	if err != nil {
 		return -1
 	}
-	for i, c := range r.candidates {
+	for i, c := range candidates {
 		if c.Machine == "" && c.URL == origin {
 			return i
 		}
@@ -466,10 +519,11 @@ func primaryFromReply(c Candidate, reply primaryReply) wire.Primary {
 // needsToken reports whether any token is configured at all; a resolver
 // without tokens (a watcher, a status probe) accepts tokenless addresses.
 func (r *Resolver) needsToken() bool {
-	if len(r.configTokens) > 0 || len(r.localTokens) > 0 || (r.join != nil && len(r.join.Tokens) > 0) {
+	v := r.view()
+	if len(r.configTokens) > 0 || len(r.localTokens) > 0 || (v.join != nil && len(v.join.Tokens) > 0) {
 		return true
 	}
-	for _, c := range r.candidates {
+	for _, c := range v.candidates {
 		if len(c.Tokens) > 0 {
 			return true
 		}

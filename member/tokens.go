@@ -148,6 +148,12 @@ type Join struct {
 	// CA is the PEM of the cluster CA when the cluster runs TLS (the join
 	// file's "ca"); nil for a plaintext cluster.
 	CA []byte
+	// Candidates are the candidates the member learned from the cluster
+	// (GET /v1/cluster/peers, asked with these credentials), written to the
+	// join file as "candidates" (the TypeScript client ignores it). The
+	// tokens may go to their URLs as well as to URL; Tokens of the entries
+	// are unused.
+	Candidates []Candidate
 }
 
 // JoinPath returns the join file's path under root.
@@ -202,6 +208,10 @@ func parseJoin(data []byte) (*Join, error) {
 		}
 		ca = []byte(pemText)
 	}
+	candidates, err := parseJoinCandidates(row["candidates"])
+	if err != nil {
+		return nil, err
+	}
 	_, hasMachine := row["machine"]
 	_, hasToken := row["token"]
 	if hasMachine || hasToken {
@@ -213,13 +223,60 @@ func parseJoin(data []byte) (*Join, error) {
 		if !okT || !wire.ValidToken(token) {
 			return nil, fmt.Errorf("%w: the token is not 64 lowercase hex characters", ErrInvalidJoinFile)
 		}
-		return &Join{URL: origin, Machine: machine, Tokens: Tokens{ScopeMember: token}, CA: ca}, nil
+		return &Join{URL: origin, Machine: machine, Tokens: Tokens{ScopeMember: token}, CA: ca, Candidates: candidates}, nil
 	}
 	tokens, err := decodeScopedTokens(row["tokens"])
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidJoinFile, err)
 	}
-	return &Join{URL: origin, Tokens: tokens, CA: ca}, nil
+	return &Join{URL: origin, Tokens: tokens, CA: ca, Candidates: candidates}, nil
+}
+
+// parseJoinCandidates decodes the optional "candidates" of a join file: an
+// array of {machine, url} with candidate names, http(s) origins and no
+// name twice. Absent (or null) is an empty list.
+func parseJoinCandidates(raw json.RawMessage) ([]Candidate, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var list []wire.JoinCandidate
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, fmt.Errorf("%w: candidates is not an array of {machine, url}", ErrInvalidJoinFile)
+	}
+	out, err := checkJoinCandidates(list)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidJoinFile, err)
+	}
+	return out, nil
+}
+
+// checkJoinCandidates validates learned candidates and normalizes their URLs.
+func checkJoinCandidates(list []wire.JoinCandidate) ([]Candidate, error) {
+	out := make([]Candidate, 0, len(list))
+	seen := make(map[string]bool, len(list))
+	for _, c := range list {
+		if !wire.ValidCandidate(c.Machine) {
+			return nil, fmt.Errorf("%w %q", ErrInvalidCandidate, c.Machine)
+		}
+		if seen[c.Machine] {
+			return nil, fmt.Errorf("%w %q", ErrDuplicateCandidate, c.Machine)
+		}
+		seen[c.Machine] = true
+		origin, err := wire.ParseOrigin(c.URL)
+		if err != nil {
+			return nil, fmt.Errorf("candidate %q: %w", c.Machine, err)
+		}
+		out = append(out, Candidate{Machine: c.Machine, URL: origin})
+	}
+	return out, nil
+}
+
+// joinDocument is the join file as written: the TypeScript shape plus the
+// learned candidates.
+type joinDocument struct {
+	wire.JoinFile
+	Candidates []wire.JoinCandidate `json:"candidates,omitempty"`
 }
 
 // decodeScopedTokens decodes a JSON object of scope → token, requiring every
@@ -266,7 +323,8 @@ func jsonString(raw json.RawMessage) (string, bool) {
 // A machine join (j.Machine set) must carry exactly one token, the member
 // one, and is written as {url, machine, token}; otherwise j.Tokens must hold
 // at least one scoped token and is written as {url, tokens}. A CA (PEM) is
-// written as "ca", which the TypeScript client ignores.
+// written as "ca", which the TypeScript client ignores. Learned
+// candidates (j.Candidates) are written as "candidates".
 func WriteJoinFile(root string, j Join) error {
 	origin, err := wire.ParseOrigin(j.URL)
 	if err != nil {
@@ -300,7 +358,19 @@ func WriteJoinFile(root string, j Join) error {
 			value.Tokens[string(scope)] = tok
 		}
 	}
-	data, err := json.Marshal(value)
+	doc := joinDocument{JoinFile: value}
+	var given []wire.JoinCandidate
+	for _, c := range j.Candidates {
+		given = append(given, wire.JoinCandidate{Machine: c.Machine, URL: c.URL})
+	}
+	checked, err := checkJoinCandidates(given)
+	if err != nil {
+		return fmt.Errorf("write join file: %w", err)
+	}
+	for _, c := range checked {
+		doc.Candidates = append(doc.Candidates, wire.JoinCandidate{Machine: c.Machine, URL: c.URL})
+	}
+	data, err := json.Marshal(doc)
 	if err != nil {
 		return fmt.Errorf("encode join file: %w", err)
 	}

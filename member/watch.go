@@ -38,29 +38,48 @@ func WatchPrimary(ctx context.Context, candidates []Candidate, fn func(wire.Prim
 }
 
 // WatchPrimary is the package function WatchPrimary over r's candidates, with
-// r's HTTP client.
+// r's HTTP client. When a refresh replaces the candidates (Learn), the
+// watchers move to the new list; the highest generation reported so far
+// still holds.
 func (r *Resolver) WatchPrimary(ctx context.Context, fn func(wire.Primary)) error {
-	if len(r.candidates) == 0 {
-		return ErrNoCandidates
+	var best wire.Primary
+	for {
+		v := r.view()
+		if len(v.candidates) == 0 {
+			return ErrNoCandidates
+		}
+		if err := r.watchView(ctx, v, &best, fn); err != nil {
+			return err
+		}
 	}
+}
+
+// watchView watches the candidates of v until ctx ends (its error) or v is
+// replaced (nil).
+func (r *Resolver) watchView(ctx context.Context, v *resolverView, best *wire.Primary, fn func(wire.Primary)) error {
+	wctx, cancel := context.WithCancel(ctx)
 	replies := make(chan primaryReply)
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	for _, c := range r.candidates {
-		wg.Go(func() { r.watchCandidate(ctx, c.URL, replies) })
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	for _, c := range v.candidates {
+		wg.Go(func() { r.watchCandidate(wctx, c.URL, replies) })
 	}
-	var best wire.Primary
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-v.replaced:
+			return nil
 		case reply := <-replies:
-			holder := r.holderIndex(reply)
+			holder := holderIndex(v.candidates, reply)
 			if holder < 0 || reply.generation <= best.Generation {
 				continue
 			}
-			best = primaryFromReply(r.candidates[holder], reply)
-			fn(best)
+			*best = primaryFromReply(v.candidates[holder], reply)
+			fn(*best)
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/elanous/elanous-node/cluster"
 	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/hashicorp/raft"
+	"golang.org/x/time/rate"
 )
 
 // Node is one running candidate.
@@ -29,6 +30,7 @@ type Node struct {
 	DataDir string
 	ln      net.Listener
 	stopped bool
+	joined  bool // started by StartWaiting: bootstrap off
 }
 
 // Cluster is a running loopback cluster.
@@ -53,7 +55,9 @@ type Options struct {
 	CommitTimeout time.Duration
 	// API, when set, may change the api.Deps of node i before its server
 	// starts (and again at each restart): a counting random source, a
-	// registry the test reads metrics from.
+	// registry the test reads metrics from, its Caps. The write rate
+	// limits are off unless it sets Caps.WriteRate: tests drive many writes
+	// from one address; the other caps keep their defaults.
 	API func(i int, d *api.Deps)
 	// TLS runs Raft over mutual TLS and the API over HTTPS, with
 	// certificates of a CA made for the cluster (Cluster.PKI).
@@ -62,8 +66,10 @@ type Options struct {
 	VerifyClients bool
 }
 
-// Start starts a cluster and waits until every node is ready. It is stopped
-// by t.Cleanup.
+// Start starts a cluster and waits until every node is ready and has
+// applied the entries a new cluster's leader appends by itself (the format
+// level, the candidate directory), so a test's own writes are the only ones
+// after it returns. It is stopped by t.Cleanup.
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	if opts.Nodes == 0 {
@@ -117,16 +123,18 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	t.Cleanup(c.Stop)
 	c.WaitReady()
+	c.waitSettled()
 	return c
 }
 
 func (c *Cluster) nodeConfig(i int, trans raft.Transport) cluster.Config {
 	cfg := cluster.Config{
-		ID: c.cands[i].Machine, Candidates: c.cands, Bootstrap: true,
+		ID: c.cands[i].Machine, Candidates: c.cands, Bootstrap: !c.Nodes[i].joined,
 		DataDir: c.Nodes[i].DataDir, Transport: trans,
 		HeartbeatTimeout: c.opts.Timeout, ElectionTimeout: c.opts.Timeout,
 		LeaderLeaseTimeout: c.opts.Timeout / 2, CommitTimeout: c.opts.CommitTimeout,
 		SweepInterval: c.opts.Sweep, FormatCheckInterval: 200 * time.Millisecond,
+		MembershipInterval: 100 * time.Millisecond, ServerStabilization: 300 * time.Millisecond,
 	}
 	if c.PKI != nil {
 		cfg.BindAddr, cfg.Advertise, cfg.TLS = c.cands[i].Raft, c.cands[i].Raft, c.PKI.Store(c.cands[i].Machine)
@@ -141,7 +149,7 @@ func (c *Cluster) startNode(i int, trans raft.Transport, ln net.Listener) {
 	if err != nil {
 		c.t.Fatalf("cluster.New(%s): %v", c.cands[i].Machine, err)
 	}
-	deps := api.Deps{Node: node, Tokens: c.Tokens, TLS: cfg.TLS, VerifyClients: c.opts.VerifyClients}
+	deps := api.Deps{Node: node, Tokens: c.Tokens, TLS: cfg.TLS, VerifyClients: c.opts.VerifyClients, Caps: api.Caps{WriteRate: rate.Inf}}
 	if c.opts.API != nil {
 		c.opts.API(i, &deps)
 	}

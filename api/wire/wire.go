@@ -38,6 +38,7 @@ const (
 	CodeNotReady          = "not-ready"            // 503: leader elected but its claim is not applied here yet
 	CodeOutcomeUnknown    = "outcome-unknown"      // 503: the write may or may not have been applied
 	CodeInternal          = "internal"             // 500
+	CodeClientClosed      = "client-closed"        // 499: never sent; the client left first (metrics and logs say so)
 )
 
 // Error is the body of every error response.
@@ -167,6 +168,14 @@ type ClusterStatus struct {
 	Counts        Counts          `json:"counts"`
 	StateHash     string          `json:"stateHash"`
 	Raft          json.RawMessage `json:"raft,omitempty"`
+	// Limits are the cluster's quotas and this node's own limits.
+	Limits *LimitsStatus `json:"limits,omitempty"`
+
+	// Format is the cluster's format level as this node has applied it.
+	Format int `json:"format"`
+	// Version is the version of this node's build ("" from a build that
+	// does not say).
+	Version string `json:"version,omitempty"`
 }
 
 // ServerInfo is one member of the Raft configuration.

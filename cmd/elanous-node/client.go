@@ -22,7 +22,8 @@ import (
 // Client commands (status, token, lease, resources, member, join, bench)
 // share the way they find the cluster and their credentials:
 //   - candidates: --candidates, else cluster.candidates of the configuration
-//     (--config or ELANOUS_CLUSTER_CANDIDATES), else the join file's URL;
+//     (--config or ELANOUS_CLUSTER_CANDIDATES), else the candidates the join
+//     file learned from the cluster, else the join file's URL;
 //   - token: ELANOUS_TOKEN, else --token-file, else the join file — never a
 //     plain flag, so no token shows up in ps or shell history. A token from
 //     the environment or a token file goes to the candidates listed; a token
@@ -120,6 +121,12 @@ func (f *clientFlags) env(cmd *cobra.Command, scope member.Scope) (*clientEnv, e
 		e.from = "the configuration"
 	case joinErr != nil:
 		return nil, fmt.Errorf("no candidates: no --candidates and no cluster.candidates in the configuration, and %w", joinErr)
+	case e.join != nil && len(e.join.Candidates) > 0:
+		// The list the member learned from the cluster (member run keeps it).
+		for _, c := range e.join.Candidates {
+			e.candidates = append(e.candidates, member.Candidate{Machine: c.Machine, URL: c.URL})
+		}
+		e.from = "the join file's candidates " + member.JoinPath(e.dataDir)
 	case e.join != nil:
 		e.candidates = []member.Candidate{{URL: e.join.URL}}
 		e.from = "the join file " + member.JoinPath(e.dataDir)

@@ -48,6 +48,9 @@ func devConfigs(dataDir string, basePort int, tlsDir string) []config.Config {
 		cfg.Cluster.Candidates = cands
 		cfg.Cluster.Bootstrap = true
 		cfg.Tokens.File = filepath.Join(dataDir, "control", "tokens.json")
+		// No write rate limits: every client of a dev cluster is on
+		// 127.0.0.1, and bench should measure the cluster, not the limiter.
+		cfg.Limits.WriteRate = 0
 		if tlsDir != "" {
 			cfg.TLS.CAFile = filepath.Join(tlsDir, caCertName)
 			cfg.TLS.CertFile = filepath.Join(tlsDir, name+".pem")
@@ -79,7 +82,10 @@ members. Stop it with Ctrl-C.
 With --tls the candidates run as a real cluster would with TLS: a CA and a
 certificate per candidate (for 127.0.0.1 and localhost) are made in
 <data dir>/tls (kept and reused with --data-dir), the API is HTTPS and Raft
-is mutual TLS. Give clients <data dir>/tls/ca.pem (--ca-file).`,
+is mutual TLS. Give clients <data dir>/tls/ca.pem (--ca-file).
+
+Every client of a dev cluster comes from 127.0.0.1, so it runs without the
+write rate limits (limits.write_rate 0); the other limits keep their defaults.`,
 		Example: `  go run ./cmd/elanous-node dev
   elanous-node dev --data-dir ./dev-data
   curl -s http://127.0.0.1:31413/v1/primary

@@ -125,7 +125,12 @@ type proc struct {
 // and, if the test failed, logs the tail of its output.
 func startProc(t *testing.T, dir, name string, env []string, args ...string) *proc {
 	t.Helper()
-	bin := e2eBinary(t)
+	return startProcBin(t, e2eBinary(t), dir, name, env, args...)
+}
+
+// startProcBin is startProc with another binary (an earlier release's).
+func startProcBin(t *testing.T, bin, dir, name string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{
 		name:   name,
 		stdout: filepath.Join(dir, name+".stdout"),
@@ -402,6 +407,9 @@ func (c *e2eCluster) writeConfig(nd *e2eNode, edit func(doc map[string]any)) {
 		"cluster": map[string]any{"bootstrap": true, "candidates": cands},
 		"tokens":  map[string]any{"file": nd.tokens},
 		"log":     map[string]any{"level": "info"},
+		// Every test client writes from 127.0.0.1, faster than the default
+		// write rate limit allows one address.
+		"limits": map[string]any{"write_rate": 0},
 	}
 	if c.caFile != "" {
 		doc["tls"] = map[string]any{"ca_file": c.caFile, "cert_file": nd.cert, "key_file": nd.key}

@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests (DESIGN §8, layer 5): real elanous-node processes on
+// End-to-end tests (ARCHITECTURE.md, "How it is tested", layer 5): real elanous-node processes on
 // loopback. They are skipped with -short; ./scripts/test runs them.
 
 import (
@@ -28,7 +28,7 @@ import (
 // survivors serve a higher generation within 2 s.
 const maxFailover = 2 * time.Second
 
-// devPorts are the fixed loopback ports of `elanous-node dev` (DESIGN §7).
+// devPorts are the fixed loopback ports of `elanous-node dev` (README, "The two commands").
 var devPorts = []int{31412, 31413, 31422, 31423, 31432, 31433}
 
 func TestE2E_Dev(t *testing.T) {
@@ -193,7 +193,7 @@ func TestE2E_LeaderKill(t *testing.T) {
 	w.halt()
 	t.Logf("background writer: %d attempts, %d unacknowledged: %v; slowest failed answers %v", w.attempts, w.failures, w.outcomes, w.slowest)
 	// A survivor refuses a write it cannot commit with a 503 that says why,
-	// within 1 s (DESIGN §5), never a hang, a 500 or a transport error.
+	// within 1 s (the HTTP contract), never a hang, a 500 or a transport error.
 	for kind := range w.outcomes {
 		node, outcome, _ := strings.Cut(kind, ": ")
 		if node == killed.id {

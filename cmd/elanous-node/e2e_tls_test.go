@@ -144,7 +144,9 @@ func (c *e2eCluster) apiRequests(t *testing.T) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
 	for _, nd := range c.running() {
-		n, err := metricSum(nd, "elanous_http_requests_total", nil, []string{`route="/metrics"`})
+		// /metrics is this test's own scrape, and /v1/health, which takes no
+		// token, is what the leader's membership and format probes ask.
+		n, err := metricSum(nd, "elanous_http_requests_total", nil, []string{`route="/metrics"`, `route="/v1/health"`})
 		if err != nil {
 			t.Fatalf("metrics of %s: %v", nd.id, err)
 		}
@@ -238,6 +240,15 @@ func TestE2E_TLS(t *testing.T) {
 			return fmt.Errorf("no lease line yet (exited %v)", hold.exited())
 		}
 		return json.Unmarshal([]byte(stdout), &held)
+	})
+	// The holder renews once before it says it holds the port; a leader
+	// killed before that renewal would fail it (that first renewal is fatal
+	// by design), so wait for the line.
+	testutil.Poll(t, "lease acquire --hold holding its port", 15*time.Second, func() error {
+		if _, stderr := hold.output(); !strings.Contains(stderr, fmt.Sprintf("holding port %d", held.Port)) {
+			return fmt.Errorf("not holding yet (exited %v)", hold.exited())
+		}
+		return nil
 	})
 	testutil.Poll(t, "member run registers machine:mbp", 15*time.Second, func() error {
 		_, err := c.getResource(leader, "machine:mbp")

@@ -51,7 +51,8 @@ line with --json). Without --hold the lease lives for --ttl unless renewed
 (POST /v1/leases/port/{port}/heartbeat with its lease id) or released.
 
 With --hold the command keeps the lease renewed — every --renew-interval,
-retrying failures, re-resolving the primary after a failover — until it is
+retrying failures, re-resolving the primary after a failover, following the
+cluster's candidate list (GET /v1/cluster/peers) — until it is
 interrupted (SIGINT or SIGTERM), then releases it. If the lease is lost (the
 server refuses a renewal, or none succeeds before the TTL runs out) the
 command fails.`,
@@ -153,6 +154,20 @@ func holdLease(cmd *cobra.Command, c *member.Client, lease wire.PortLease, ttl, 
 		return fmt.Errorf("hold port %d: %w", lease.Port, err)
 	}
 	fmt.Fprintf(progress, "holding port %d, renewing every %v; interrupt (Ctrl-C) to release it\n", lease.Port, interval)
+	// The candidate list follows the cluster's while the lease is held (in
+	// memory only), so a replaced candidate does not strand the renewals.
+	followCtx, stopFollow := context.WithCancel(cmd.Context())
+	followed := make(chan struct{})
+	go func() {
+		defer close(followed)
+		if c.Resolver() != nil {
+			_ = c.FollowCandidates(followCtx, member.CandidateRefresh{})
+		}
+	}()
+	defer func() {
+		stopFollow()
+		<-followed
+	}()
 	var lostErr error
 	select {
 	case <-cmd.Context().Done():

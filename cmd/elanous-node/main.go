@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -16,6 +17,10 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "error: %v\n", err)
+		var coded interface{ ExitCode() int } // status --check: 1 degraded, 2 no leader, 3 unknown
+		if errors.As(err, &coded) {
+			os.Exit(coded.ExitCode())
+		}
 		os.Exit(1)
 	}
 }

@@ -49,6 +49,13 @@ once, and failures back off up to 300 s. A failover costs one retry: after a
 network error or a 503 the primary is resolved again at once, and claims of
 new primaries are followed as they happen.
 
+The candidate list follows the cluster's: the member asks the candidate it
+sends its token to for GET /v1/cluster/peers (a blocking query, so a change
+is seen at once) and uses the servers listed from then on. When the token is
+the join file's, the list is kept in the join file ("candidates"), so a
+replaced candidate machine needs no change on the member, even across
+restarts.
+
 The token (member scope, or this machine's token) comes from ELANOUS_TOKEN,
 --token-file or the join file; the machine name from --machine, the join
 file, or the hostname.
@@ -119,13 +126,18 @@ ELANOUS_LOG_LEVEL, ELANOUS_LOG_FORMAT; default info, text).`,
 			if err != nil {
 				return err
 			}
-			followDone := make(chan struct{})
+			followDone := make(chan struct{}, 2)
 			go func() {
-				defer close(followDone)
+				defer func() { followDone <- struct{}{} }()
 				_ = c.FollowPrimary(ctx)
+			}()
+			go func() {
+				defer func() { followDone <- struct{}{} }()
+				_ = c.FollowCandidates(ctx, member.CandidateRefresh{JoinRoot: env.dataDir, Logger: logger})
 			}()
 			<-ctx.Done()
 			hb.Stop()
+			<-followDone
 			<-followDone
 			logger.Info("member stopped", "machine", machine)
 			return nil

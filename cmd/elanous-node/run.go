@@ -24,6 +24,8 @@ type candidate struct {
 	certs *certs.Store // nil without TLS
 	errc  chan error
 	log   *slog.Logger
+	// auditFile is log.audit_file, closed at stop.
+	auditFile io.Closer
 }
 
 // newLogger builds the process logger from log.level and log.format. Every
@@ -52,10 +54,15 @@ func newLoggerWithLevel(cfg config.Config, out io.Writer, level *slog.LevelVar) 
 // Its metrics registry has the build info, the node's and raft's figures and
 // the API's.
 func startCandidate(cfg config.Config, tokens wire.TokensFile, logger *slog.Logger) (*candidate, error) {
+	audit, auditFile, err := openAuditLog(cfg)
+	if err != nil {
+		return nil, err
+	}
 	var cands []cluster.Candidate
 	for _, c := range cfg.Cluster.Candidates {
 		cands = append(cands, cluster.Candidate{Machine: c.Machine, URL: c.URL, Raft: c.Raft})
 	}
+	cands = withSelf(cfg, cands)
 	var store *certs.Store
 	if cfg.TLS.Enabled() {
 		s, err := certs.Load(certs.Files{CA: cfg.TLS.CAFile, Cert: cfg.TLS.CertFile, Key: cfg.TLS.KeyFile}, cfg.Node.ID)
@@ -66,6 +73,7 @@ func startCandidate(cfg config.Config, tokens wire.TokensFile, logger *slog.Logg
 	}
 	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
 	if err != nil {
+		_ = auditFile.Close()
 		return nil, fmt.Errorf("listen on http.addr %s: %w", cfg.HTTP.Addr, err)
 	}
 	node, err := cluster.New(cluster.Config{
@@ -82,6 +90,7 @@ func startCandidate(cfg config.Config, tokens wire.TokensFile, logger *slog.Logg
 	})
 	if err != nil {
 		_ = ln.Close()
+		_ = auditFile.Close()
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
@@ -90,12 +99,13 @@ func startCandidate(cfg config.Config, tokens wire.TokensFile, logger *slog.Logg
 	srv := api.New(api.Deps{
 		Node: node, Tokens: tokens, Band: api.Band{Start: cfg.Ports.Test.Start, End: cfg.Ports.Test.End},
 		MetricsAuth: cfg.HTTP.MetricsAuth, Logger: apiLog, Registry: reg, TLS: store, VerifyClients: cfg.TLS.VerifyIncomingAPI,
+		Caps: apiCaps(cfg.Limits), Audit: audit, Version: version,
 	})
 	if cfg.Log.Access {
 		srv.LogRequests(apiLog)
 	}
 	log := logger.With("node", cfg.Node.ID, "component", "main")
-	c := &candidate{cfg: cfg, node: node, api: srv, certs: store, errc: make(chan error, 1), log: log}
+	c := &candidate{cfg: cfg, node: node, api: srv, certs: store, errc: make(chan error, 1), log: log, auditFile: auditFile}
 	go func() { c.errc <- srv.Serve(ln) }()
 	log.Info("candidate started", "version", version, "http", cfg.HTTP.Addr, "raft", cfg.Raft.BindAddr(), "data_dir", cfg.Node.DataDir,
 		"tls", store != nil)
@@ -123,6 +133,7 @@ func (c *candidate) stop(timeout time.Duration) error {
 	c.node.TransferLeadership(ctx)
 	apiErr := c.api.Shutdown(ctx)
 	nodeErr := c.node.Close(ctx)
+	_ = c.auditFile.Close()
 	c.log.Info("candidate stopped")
 	if apiErr != nil {
 		return fmt.Errorf("stop api: %w", apiErr)

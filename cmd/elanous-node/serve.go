@@ -28,7 +28,11 @@ The node keeps its Raft log, stable store and snapshots under
 
 A node with no Raft state bootstraps the cluster from cluster.candidates when
 cluster.bootstrap is true; every candidate may be given the same list. A node
-with state never bootstraps again. On SIGTERM a leader hands leadership to
+with state never bootstraps again. A node with no Raft state and
+cluster.bootstrap false waits to be added ("elanous-node peers add" against the
+cluster); until then /v1/ready answers 503 not-ready. Once the cluster has its
+replicated candidate directory, cluster.candidates is no longer read for
+membership (see "elanous-node peers --help"). On SIGTERM a leader hands leadership to
 another candidate before it exits, so the cluster does not wait out an
 election timeout.
 

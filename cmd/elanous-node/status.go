@@ -29,7 +29,16 @@ type statusCandidate struct {
 	Voter         bool   `json:"voter"`
 	Error         string `json:"error,omitempty"`
 
-	counts *wire.Counts // from this candidate's status, when it answered
+	Ready     bool   `json:"ready"`
+	LastIndex uint64 `json:"lastIndex"`
+	Leader    string `json:"leader,omitempty"` // the leader this candidate knows
+	StateHash string `json:"stateHash,omitempty"`
+	Format    int    `json:"format,omitempty"`
+	Version   string `json:"version,omitempty"` // "" from a build that does not report it
+
+	counts *wire.Counts       // from this candidate's status, when it answered
+	limits *wire.LimitsStatus // likewise
+	config []wire.ServerInfo  // the Raft configuration it holds
 }
 
 // statusPrimary is the resolved primary.
@@ -44,6 +53,9 @@ type statusReport struct {
 	Candidates []statusCandidate `json:"candidates"`
 	Primary    statusPrimary     `json:"primary"`
 	Counts     wire.Counts       `json:"counts"`
+	// Limits are the quotas (and the reporting candidate's own limits).
+	Limits *wire.LimitsStatus `json:"limits,omitempty"`
+	Health *healthReport      `json:"health,omitempty"` // with --check
 }
 
 // statusProbeTimeout bounds each candidate's answer.
@@ -53,17 +65,34 @@ func newStatusCmd() *cobra.Command {
 	var (
 		flags  clientFlags
 		asJSON bool
+		check  healthOptions
 	)
 	cmd := &cobra.Command{
-		Use:   "status [--candidates URLS] [--json]",
-		Short: "Show every candidate's Raft state, then the primary and counts",
+		Use:   "status [--candidates URLS] [--json] [--check]",
+		Short: "Show every candidate's Raft state, then the primary and counts; --check for scripts",
 		Long: `Ask every candidate for its own view of the cluster (GET /v1/cluster/status,
 query scope) and for the primary (GET /v1/primary), then print one row per
-candidate — reachable, Raft state, generation, term, commit and applied index,
-last contact with the leader, voter — followed by the primary (the
-highest-generation claim) and the counts of resources, leases and tokens.
+candidate — reachable, Raft state, ready, generation, term, last log index,
+commit and applied index, last contact with the leader, voter, version —
+followed by the primary (the highest-generation claim), the counts of
+resources, leases and tokens, and the cluster's quotas in force
+("elanous-node limits get" shows them in full).
 
-The command fails when no candidate is reachable.`,
+The command fails when no candidate is reachable.
+
+--check judges the cluster's health for scripts and monitoring, in the
+spirit of "etcdctl endpoint health" and "consul operator autopilot state".
+A voter is healthy when it answers, is ready, lags the leader's log by at most
+--max-lag entries and heard from the leader within --max-last-contact. The
+report gives the failure tolerance (healthy voters minus the quorum), each
+candidate's lag, last contact and version, and whether the state hashes of
+candidates at the same applied index agree. Exit status:
+  0  healthy
+  1  degraded: a candidate unreachable, not ready or lagging, the quorum at
+     risk (one more failure loses it), or state hashes that differ at one index
+  2  no leader (or a leader whose claim is not applied yet)
+  3  the check could not run (configuration, token)
+It says why on standard output.`,
 		Example: `  # a dev cluster, query token from the environment
   ELANOUS_TOKEN=<query token> elanous-node status --candidates http://127.0.0.1:31413,http://127.0.0.1:31423,http://127.0.0.1:31433
 
@@ -74,11 +103,15 @@ The command fails when no candidate is reachable.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			env, err := flags.env(cmd, member.ScopeQuery)
 			if err != nil {
-				return err
+				return check.unknown(err)
 			}
 			report, err := collectStatus(cmd.Context(), env)
 			if err != nil {
-				return err
+				return check.unknown(err)
+			}
+			if check.enabled {
+				health := judgeHealth(report, check)
+				report.Health = &health
 			}
 			if asJSON {
 				err = writeJSON(cmd.OutOrStdout(), report)
@@ -87,6 +120,9 @@ The command fails when no candidate is reachable.`,
 			}
 			if err != nil {
 				return err
+			}
+			if report.Health != nil {
+				return report.Health.exit()
 			}
 			for _, c := range report.Candidates {
 				if c.Reachable {
@@ -98,6 +134,7 @@ The command fails when no candidate is reachable.`,
 	}
 	flags.bind(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON document instead of a table")
+	check.bind(cmd)
 	return cmd
 }
 
@@ -146,13 +183,13 @@ func collectStatus(ctx context.Context, env *clientEnv) (statusReport, error) {
 	// the first candidate that did.
 	for _, row := range rows {
 		if row.counts != nil && row.URL == addr.URL {
-			report.Counts = *row.counts
+			report.Counts, report.Limits = *row.counts, row.limits
 			return report, nil
 		}
 	}
 	for _, row := range rows {
 		if row.counts != nil {
-			report.Counts = *row.counts
+			report.Counts, report.Limits = *row.counts, row.limits
 			break
 		}
 	}
@@ -191,22 +228,23 @@ func probeCandidate(ctx context.Context, env *clientEnv, r *member.Resolver, c m
 	}
 	row.State, row.Generation, row.Term = st.State, st.Generation, st.Term
 	row.CommitIndex, row.AppliedIndex, row.LastContactMs, row.Voter = st.CommitIndex, st.AppliedIndex, st.LastContactMs, st.Voter
+	row.Ready, row.LastIndex, row.Leader, row.StateHash, row.Format, row.Version = st.Ready, st.LastIndex, st.Leader, st.StateHash, st.Format, st.Version
 	counts := st.Counts
-	row.counts = &counts
+	row.counts, row.limits, row.config = &counts, st.Limits, st.Configuration
 	return row
 }
 
 // printStatus prints the table, the primary and the counts.
 func printStatus(w io.Writer, r statusReport) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MACHINE\tURL\tREACHABLE\tSTATE\tGENERATION\tTERM\tCOMMIT\tAPPLIED\tLAST CONTACT\tVOTER")
+	fmt.Fprintln(tw, "MACHINE\tURL\tREACHABLE\tSTATE\tREADY\tGENERATION\tTERM\tLAST INDEX\tCOMMIT\tAPPLIED\tLAST CONTACT\tVOTER\tVERSION")
 	for _, c := range r.Candidates {
 		if !c.Reachable || c.State == "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\n", orDash(c.Machine), c.URL, yesNo(c.Reachable))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\n", orDash(c.Machine), c.URL, yesNo(c.Reachable))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\tyes\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", orDash(c.Machine), c.URL, c.State,
-			c.Generation, c.Term, c.CommitIndex, c.AppliedIndex, lastContact(c.LastContactMs), yesNo(c.Voter))
+		fmt.Fprintf(tw, "%s\t%s\tyes\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", orDash(c.Machine), c.URL, c.State, yesNo(c.Ready),
+			c.Generation, c.Term, c.LastIndex, c.CommitIndex, c.AppliedIndex, lastContact(c.LastContactMs), yesNo(c.Voter), orDash(c.Version))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -222,7 +260,13 @@ func printStatus(w io.Writer, r statusReport) error {
 	} else {
 		fmt.Fprintf(w, "primary: unknown (no candidate knows a leader; members fall back to %s)\n", r.Primary.URL)
 	}
-	_, err := fmt.Fprintf(w, "counts: %d resources, %d leases, %d tokens\n", r.Counts.Resources, r.Counts.Leases, r.Counts.Tokens)
+	if _, err := fmt.Fprintf(w, "counts: %d resources, %d leases, %d tokens\n", r.Counts.Resources, r.Counts.Leases, r.Counts.Tokens); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, limitsLine(r.Limits))
+	if err == nil && r.Health != nil {
+		err = printHealth(w, *r.Health)
+	}
 	return err
 }
 

@@ -4,9 +4,12 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"debug/elf"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,16 +112,22 @@ func (s *suite) runDocker(ctx context.Context, sc scenario, dir string, mon *lea
 		}
 		d.ids = append(d.ids, strings.TrimSpace(out))
 	}
-	// compose drew the cluster tokens at bring-up, in its tokens volume.
+	// compose drew the cluster tokens and made the CA at bring-up: read the
+	// tokens from the tokens volume and ca.pem from a candidate's TLS volume.
 	tokens, err := containerTokens(ctx, d.ids[0])
 	if err != nil {
 		return nil, fs, err
 	}
+	clientTLS, err := containerCA(ctx, d.ids[0])
+	if err != nil {
+		return nil, fs, err
+	}
+	// The certificates name 127.0.0.1, where the APIs are published.
 	var names, urls []string
 	for _, n := range dockerNodes {
-		names, urls = append(names, n.name), append(urls, "http://127.0.0.1:"+n.port)
+		names, urls = append(names, n.name), append(urls, "https://127.0.0.1:"+n.port)
 	}
-	c := harness.Attach(names, urls, tokens)
+	c := harness.Attach(names, urls, tokens, clientTLS)
 	for i, n := range c.Nodes {
 		n.LogPath = filepath.Join(dir, dockerNodes[i].name+".log")
 	}
@@ -207,17 +216,45 @@ func staticELF(path string) error {
 func containerTokens(ctx context.Context, id string) (wire.TokensFile, error) {
 	var t wire.TokensFile
 	const path = "/var/lib/elanous/control/tokens.json"
-	cmd := exec.CommandContext(ctx, "docker", "cp", id+":"+path, "-")
-	out, err := cmd.Output()
+	data, err := containerFile(ctx, id, path)
 	if err != nil {
-		return t, fmt.Errorf("docker cp %s: %w", path, err)
+		return t, err
 	}
-	tr := tar.NewReader(bytes.NewReader(out))
-	if _, err := tr.Next(); err != nil {
-		return t, fmt.Errorf("docker cp %s: %w", path, err)
-	}
-	if err := json.NewDecoder(tr).Decode(&t); err != nil {
+	if err := json.Unmarshal(data, &t); err != nil {
 		return t, fmt.Errorf("decode %s: %w", path, err)
 	}
 	return t, nil
+}
+
+// containerCA reads the cluster CA certificate compose's init-tls services
+// put in each candidate's TLS volume, and returns a client configuration
+// that verifies the candidates against it.
+func containerCA(ctx context.Context, id string) (*tls.Config, error) {
+	const path = "/etc/elanous/tls/ca.pem"
+	data, err := containerFile(ctx, id, path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("no certificate in %s", path)
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
+// containerFile reads one file out of a container with docker cp.
+func containerFile(ctx context.Context, id, path string) ([]byte, error) {
+	out, err := exec.CommandContext(ctx, "docker", "cp", id+":"+path, "-").Output()
+	if err != nil {
+		return nil, fmt.Errorf("docker cp %s: %w", path, err)
+	}
+	tr := tar.NewReader(bytes.NewReader(out))
+	if _, err := tr.Next(); err != nil {
+		return nil, fmt.Errorf("docker cp %s: %w", path, err)
+	}
+	data, err := io.ReadAll(io.LimitReader(tr, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("docker cp %s: %w", path, err)
+	}
+	return data, nil
 }

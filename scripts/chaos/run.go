@@ -25,6 +25,9 @@ type env struct {
 	net   *netns.Net
 	mu    sync.Mutex
 	notes []string // guarded by mu
+	// violations are found by the scenario's faults (the abuse scenario's
+	// checks); guarded by mu.
+	violations []check.Violation
 	// fill and free, set by the disk-full scenario's mounts.
 	disks *disks
 	// dock is the container backend (nil for namespaces).
@@ -170,7 +173,7 @@ func (s *suite) runScenario(ctx context.Context, sc scenario, round int) row {
 		}
 	}
 	if slow > 0 {
-		s.logf("[%s] note: %d lease heartbeats/releases got no answer within the client's 1 s (DESIGN §5: answer or fail fast with 503)", name, slow)
+		s.logf("[%s] note: %d lease heartbeats/releases got no answer within the client's 1 s (the contract: answer within 1 s or fail fast with 503)", name, slow)
 	}
 	verdict := "pass"
 	if !passed(r) {
@@ -272,6 +275,13 @@ func (s *suite) drive(ctx context.Context, sc scenario, e *env, mon *leaderMonit
 	wg.Wait()
 	fs.to = rec.Now()
 	mcancel()
+	e.mu.Lock()
+	fs.violations = append(fs.violations, e.violations...)
+	e.mu.Unlock()
+	if n := mon.count(); sc.stableLeader && n > 0 {
+		fs.violations = append(fs.violations, check.Violation{Kind: "leader-changed",
+			Detail: fmt.Sprintf("%d leadership changes; the scenario must keep its leader", n)})
+	}
 	if ctx.Err() != nil {
 		return rec.Ops(), fs, ctx.Err()
 	}

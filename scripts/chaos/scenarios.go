@@ -20,6 +20,8 @@ type scenario struct {
 	// schedule in its first three quarters; a shorter --duration is raised.
 	minDuration time.Duration
 	faults      func(ctx context.Context, e *env) error
+	// stableLeader makes any leadership change during the run a violation.
+	stableLeader bool
 	// tls runs the scenario's cluster with TLS (HTTPS API, mutual TLS Raft);
 	// its report row is named "<name>+tls".
 	tls bool
@@ -51,7 +53,9 @@ func scenarios() []scenario {
 		{name: "disk-full", smallDisks: true, about: "fill a follower's data filesystem, restart it while full, free it", faults: diskFull},
 		{name: "clock-skew", about: "make a node +5 min then one -5 min ahead lead (chaos-build clock offset)", faults: clockSkew, minDuration: 24 * time.Second},
 		{name: "rolling-restart", about: "SIGTERM and restart every node in turn under load, the leader last", faults: rollingRestart},
-		{name: "docker-partition", docker: true, about: "three containers from deploy/: docker network disconnect and docker pause the leader", faults: dockerFaults},
+		{name: "abuse", about: "an abusive machine token and a token-less client flood the cluster beside well-behaved members",
+			faults: abuseFaults, minDuration: 16 * time.Second, stableLeader: true},
+		{name: "docker-partition", docker: true, about: "three containers from deploy/ (TLS, as deploy/compose.yaml runs): docker network disconnect and docker pause the leader", faults: dockerFaults},
 	}
 }
 

@@ -37,8 +37,8 @@ type options struct {
 	seed      uint64
 	clients   int
 	verbose   bool
-	// tls runs every chosen scenario with TLS (except docker-partition,
-	// whose containers use deploy/'s configs).
+	// tls runs every chosen scenario with TLS (docker-partition always
+	// does: its containers run deploy/'s configs, which are TLS).
 	tls bool
 	// electionTimeout is the nodes' raft.election_timeout and
 	// heartbeat_timeout (the lease timeout is half of it).

@@ -1,8 +1,9 @@
 // Package manifest_test decodes every manifest of deploy/kubernetes strictly
 // against the Kubernetes API types (unknown or duplicate fields fail) and
 // checks that they fit together: the StatefulSet's headless Service, probes,
-// Secrets and PodDisruptionBudget, and candidate names and URLs built from
-// the pods' stable DNS names. It is a module of its own so that elanous-node
+// Secrets and PodDisruptionBudget, candidate names and URLs built from the
+// pods' stable DNS names, and TLS: a certificate per pod naming it, HTTPS
+// probes and URLs, the CA key kept from the serving container. It is a module of its own so that elanous-node
 // does not depend on k8s.io/api. Run it with
 //
 //	cd deploy/kubernetes/manifest_test && go test ./...
@@ -13,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -184,8 +186,9 @@ func TestManifests_StatefulSet(t *testing.T) {
 			t.Errorf("%s probe is not an HTTP GET", p.name)
 			continue
 		}
-		if p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port.String() != "http" {
-			t.Errorf("%s probe = GET %s on %s, want GET %s on http", p.name, p.probe.HTTPGet.Path, p.probe.HTTPGet.Port.String(), p.path)
+		g := p.probe.HTTPGet
+		if g.Path != p.path || g.Port.String() != "http" || g.Scheme != corev1.URISchemeHTTPS {
+			t.Errorf("%s probe = %s GET %s on %s, want HTTPS GET %s on http", p.name, g.Scheme, g.Path, g.Port.String(), p.path)
 		}
 	}
 	if csc := c.SecurityContext; csc == nil || csc.ReadOnlyRootFilesystem == nil || !*csc.ReadOnlyRootFilesystem ||
@@ -193,22 +196,62 @@ func TestManifests_StatefulSet(t *testing.T) {
 		t.Errorf("container securityContext = %+v, want a read-only root and no privilege escalation", csc)
 	}
 
-	// Secrets: the tokens (required), a place for certificates (optional).
+	// Secrets: the tokens and the CA, both required.
 	secrets := map[string]*corev1.SecretVolumeSource{}
 	for _, v := range pod.Volumes {
 		if v.Secret != nil {
 			secrets[v.Name] = v.Secret
 		}
 	}
-	if s := secrets["tokens"]; s == nil || s.SecretName != "elanous-tokens" || (s.Optional != nil && *s.Optional) {
-		t.Errorf("tokens volume = %+v, want the required Secret elanous-tokens", s)
+	for volume, secret := range map[string]string{"tokens": "elanous-tokens", "ca": "elanous-ca"} {
+		if s := secrets[volume]; s == nil || s.SecretName != secret || (s.Optional != nil && *s.Optional) {
+			t.Errorf("%s volume = %+v, want the required Secret %s", volume, s, secret)
+		}
 	}
-	if s := secrets["tls"]; s == nil || s.Optional == nil || !*s.Optional {
-		t.Errorf("tls volume = %+v, want an optional Secret for certificates", s)
+	if ic := initContainer(pod, "install-tokens"); ic == nil ||
+		!strings.Contains(strings.Join(ic.Command, " "), "init --force --from /etc/elanous/secrets/tokens.json") {
+		t.Errorf("init containers = %+v, want install-tokens installing the tokens Secret with init --from", pod.InitContainers)
 	}
-	if len(pod.InitContainers) != 1 || !strings.Contains(strings.Join(pod.InitContainers[0].Command, " "), "init --force --from /etc/elanous/secrets/tokens.json") {
-		t.Errorf("init containers = %+v, want one installing the tokens Secret with init --from", pod.InitContainers)
+}
+
+// initContainer returns the pod's init container called name, or nil.
+func initContainer(pod corev1.PodSpec, name string) *corev1.Container {
+	for i := range pod.InitContainers {
+		if pod.InitContainers[i].Name == name {
+			return &pod.InitContainers[i]
+		}
 	}
+	return nil
+}
+
+// mountPath returns where c mounts volume, or "".
+func mountPath(c corev1.Container, volume string) string {
+	for _, m := range c.VolumeMounts {
+		if m.Name == volume {
+			return m.MountPath
+		}
+	}
+	return ""
+}
+
+// envMap returns c's environment variables with literal values.
+func envMap(c corev1.Container) map[string]string {
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	return env
+}
+
+// flagValues returns every value of --name in args ("--name", "value").
+func flagValues(args []string, name string) []string {
+	var vals []string
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "--"+name {
+			vals = append(vals, args[i+1])
+		}
+	}
+	return vals
 }
 
 // elanousConfig is the part of elanous.yaml the checks read.
@@ -216,12 +259,14 @@ type elanousConfig struct {
 	Cluster struct {
 		Candidates []struct{ Machine, URL, Raft string } `json:"candidates"`
 	} `json:"cluster"`
+	TLS map[string]any `json:"tls"`
 }
 
-func TestManifests_CandidatesFromStableDNSNames(t *testing.T) {
+// loadConfig returns the StatefulSet and the elanous.yaml of its ConfigMap.
+func loadConfig(t *testing.T) (*appsv1.StatefulSet, elanousConfig) {
+	t.Helper()
 	objs := loadManifests(t)
 	sts := only[*appsv1.StatefulSet](t, objs, "")
-	ns := sts.Namespace
 	var cfgName string
 	for _, v := range sts.Spec.Template.Spec.Volumes {
 		if v.ConfigMap != nil {
@@ -233,18 +278,21 @@ func TestManifests_CandidatesFromStableDNSNames(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(cm.Data["elanous.yaml"]), &cfg); err != nil {
 		t.Fatalf("configmap %s elanous.yaml: %v", cm.Name, err)
 	}
+	return sts, cfg
+}
+
+func TestManifests_CandidatesFromStableDNSNames(t *testing.T) {
+	sts, cfg := loadConfig(t)
+	ns := sts.Namespace
 	cands := cfg.Cluster.Candidates
 	if len(cands) != int(*sts.Spec.Replicas) {
 		t.Fatalf("%d candidates, want one per replica (%d)", len(cands), *sts.Spec.Replicas)
 	}
-	env := map[string]string{}
-	for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
-		env[e.Name] = e.Value
-	}
+	env := envMap(sts.Spec.Template.Spec.Containers[0])
 	for i, c := range cands {
 		pod := fmt.Sprintf("%s-%d", sts.Name, i)
 		host := fmt.Sprintf("%s.%s.%s.svc", pod, sts.Spec.ServiceName, ns)
-		want := struct{ Machine, URL, Raft string }{pod, "http://" + host + ":31413", host + ":31412"}
+		want := struct{ Machine, URL, Raft string }{pod, "https://" + host + ":31413", host + ":31412"}
 		if c != want {
 			t.Errorf("candidate %d = %+v, want %+v (the pod's stable DNS name)", i, c, want)
 		}
@@ -258,6 +306,88 @@ func TestManifests_CandidatesFromStableDNSNames(t *testing.T) {
 		}
 		if got := expand(env["ELANOUS_RAFT_ADVERTISE"]); got != c.Raft {
 			t.Errorf("pod %s: ELANOUS_RAFT_ADVERTISE = %q, want %q", pod, got, c.Raft)
+		}
+	}
+}
+
+// Each pod runs TLS with a certificate of its own: the issue-cert init
+// container issues it from the CA Secret, naming the pod and its stable DNS
+// name, into a volume the serving container reads through ELANOUS_TLS_*; the
+// CA key is mounted in issue-cert only; nothing allows plaintext.
+func TestManifests_TLS(t *testing.T) {
+	sts, cfg := loadConfig(t)
+	pod := sts.Spec.Template.Spec
+	serving := pod.Containers[0]
+
+	if v, ok := cfg.TLS["allow_plaintext"]; ok {
+		t.Errorf("elanous.yaml tls.allow_plaintext = %v, want it absent", v)
+	}
+	for i, c := range cfg.Cluster.Candidates {
+		if !strings.HasPrefix(c.URL, "https://") {
+			t.Errorf("candidate %d url %q, want https://", i, c.URL)
+		}
+	}
+
+	ic := initContainer(pod, "issue-cert")
+	if ic == nil {
+		t.Fatalf("no issue-cert init container issuing each pod's certificate (init containers %+v)", pod.InitContainers)
+	}
+	args := ic.Command
+	if len(args) < 3 || args[1] != "tls" || args[2] != "cert" || !slices.Contains(args, "--with-ca") {
+		t.Errorf("issue-cert runs %v, want elanous-node tls cert --with-ca", args)
+	}
+	caDir, out := flagValues(args, "ca-dir"), flagValues(args, "out")
+	if len(caDir) != 1 || caDir[0] != mountPath(*ic, "ca") || len(out) != 1 || out[0] != mountPath(*ic, "tls") {
+		t.Errorf("issue-cert --ca-dir %v --out %v, want the ca volume's mount (%q) and the tls volume's (%q)",
+			caDir, out, mountPath(*ic, "ca"), mountPath(*ic, "tls"))
+	}
+	dir := mountPath(serving, "tls")
+	if dir == "" || len(out) != 1 || dir != out[0] {
+		t.Fatalf("serving container mounts the tls volume at %q, want where issue-cert writes (%v)", dir, out)
+	}
+
+	// The CA key: only in issue-cert; the pod's files: in memory.
+	containers := append(slices.Clone(pod.InitContainers), pod.Containers...)
+	for _, c := range containers {
+		if c.Name != "issue-cert" && mountPath(c, "ca") != "" {
+			t.Errorf("container %s mounts the CA Secret (ca-key.pem), want only issue-cert to", c.Name)
+		}
+	}
+	for _, v := range pod.Volumes {
+		if v.Name == "tls" && (v.EmptyDir == nil || v.EmptyDir.Medium != corev1.StorageMediumMemory) {
+			t.Errorf("tls volume = %+v, want a memory-backed emptyDir", v.VolumeSource)
+		}
+	}
+
+	// Per pod: the certificate names the pod and its stable DNS name, and
+	// tls.* name the files issue-cert wrote for it.
+	env := envMap(serving)
+	if !slices.ContainsFunc(ic.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "POD_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
+	}) {
+		t.Error("issue-cert has no POD_NAME from metadata.name to name the pod's certificate")
+	}
+	if got := cfg.TLS["ca_file"]; got != dir+"/ca.pem" && env["ELANOUS_TLS_CA_FILE"] != dir+"/ca.pem" {
+		t.Errorf("tls.ca_file = %v (ELANOUS_TLS_CA_FILE %q), want %s/ca.pem", got, env["ELANOUS_TLS_CA_FILE"], dir)
+	}
+	for i := 0; i < int(*sts.Spec.Replicas); i++ {
+		podName := fmt.Sprintf("%s-%d", sts.Name, i)
+		expand := func(s string) string { return strings.ReplaceAll(s, "$(POD_NAME)", podName) }
+		var expanded []string
+		for _, a := range args {
+			expanded = append(expanded, expand(a))
+		}
+		host := fmt.Sprintf("%s.%s.%s.svc", podName, sts.Spec.ServiceName, sts.Namespace)
+		if m := flagValues(expanded, "machine"); len(m) != 1 || m[0] != podName {
+			t.Errorf("pod %s: issue-cert --machine %v, want %s (the name the Raft transport checks)", podName, m, podName)
+		}
+		if !slices.Contains(flagValues(expanded, "dns"), host) {
+			t.Errorf("pod %s: issue-cert --dns %v, want its stable DNS name %s", podName, flagValues(expanded, "dns"), host)
+		}
+		cert, key := expand(env["ELANOUS_TLS_CERT_FILE"]), expand(env["ELANOUS_TLS_KEY_FILE"])
+		if cert != dir+"/"+podName+".pem" || key != dir+"/"+podName+"-key.pem" {
+			t.Errorf("pod %s: ELANOUS_TLS_CERT_FILE %q, ELANOUS_TLS_KEY_FILE %q, want %s/%s.pem and %s/%s-key.pem",
+				podName, cert, key, dir, podName, dir, podName)
 		}
 	}
 }

@@ -52,6 +52,7 @@ type elanousSystem struct {
 	procs             *procs
 	nodes             []*elanousNode
 	token             string // the member token
+	queryToken        string // the query token (blocking watches, as a member's resolver sends)
 	env, passed       []string
 	status            *http.Client
 }
@@ -148,6 +149,7 @@ cluster:
   candidates:
 %s
 tokens:  { file: %q }
+limits:  { write_rate: 0 }   # no write rate limit: every client is on 127.0.0.1
 `, name, n.dataDir, ports[i], ports[i], ports[3+i], ports[3+i], strings.Join(cands, "\n"), n.tokensFile())
 		if err := os.WriteFile(n.config, []byte(yaml), 0o600); err != nil {
 			return err
@@ -196,7 +198,7 @@ func (s *elanousSystem) initTokens(ctx context.Context) error {
 	if !wire.ValidToken(t.Member) {
 		return errors.New("tokens file has no well-formed member token")
 	}
-	s.token = t.Member
+	s.token, s.queryToken = t.Member, t.Query
 	return nil
 }
 

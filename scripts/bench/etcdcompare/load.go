@@ -32,6 +32,26 @@ type stats struct {
 	GapsMs      []float64 `json:"gapsMs,omitempty"`
 	GapMedianMs float64   `json:"gapMedianMs,omitempty"`
 	GapMaxMs    float64   `json:"gapMaxMs,omitempty"`
+	// Open loops (runOpenLoop): the offered rate, the requests due within
+	// the run, those sent and those dropped (not sent within the drain
+	// after the run), and the service time (from sending) beside the
+	// latency from the due time that P50Ms and P99Ms give.
+	TargetPerSec float64 `json:"targetPerSec,omitempty"`
+	Issued       int     `json:"issued,omitempty"`
+	Sent         int     `json:"sent,omitempty"`
+	Dropped      int     `json:"dropped,omitempty"`
+	ServiceP50Ms float64 `json:"serviceP50Ms,omitempty"`
+	ServiceP99Ms float64 `json:"serviceP99Ms,omitempty"`
+}
+
+// openSummary is summary for an open loop: the rate offered and achieved.
+func (s *stats) openSummary() string {
+	out := fmt.Sprintf("offered %s/s, achieved %s/s; p50 %.2f ms, p99 %.2f ms, max %.2f ms from the due time (service p99 %.2f ms); %d ok, %d errors, %d dropped",
+		thousands(s.TargetPerSec), thousands(s.OpsPerSec), s.P50Ms, s.P99Ms, s.MaxMs, s.ServiceP99Ms, s.Ops, s.Errors, s.Dropped)
+	if s.Errors > 0 {
+		out += " (" + s.errorText() + ")"
+	}
+	return out
 }
 
 func (s *stats) summary() string {

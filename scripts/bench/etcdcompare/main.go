@@ -20,7 +20,12 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:])
+	var err error
+	if len(os.Args) == 2 && os.Args[1] == watchHolderFlag {
+		err = runWatchHolder(ctx, os.Stdin, os.Stdout)
+	} else {
+		err = run(ctx, os.Args[1:])
+	}
 	stop()
 	if errors.Is(err, flag.ErrHelp) {
 		return

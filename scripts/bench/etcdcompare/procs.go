@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -96,6 +95,24 @@ func (pr *proc) kill() error {
 	}
 }
 
+// terminate sends SIGTERM to the process (by its pid) and waits up to
+// timeout for it to exit; past that it kills it and says so.
+func (pr *proc) terminate(timeout time.Duration) error {
+	if !pr.alive() {
+		return nil
+	}
+	if err := syscall.Kill(pr.pid(), syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("terminate pid %d: %w", pr.pid(), err)
+	}
+	select {
+	case <-pr.exited:
+		return nil
+	case <-time.After(timeout):
+		_ = pr.kill()
+		return fmt.Errorf("pid %d did not exit %s after SIGTERM; killed", pr.pid(), timeout)
+	}
+}
+
 // killAll kills every process still running.
 func (p *procs) killAll() {
 	p.mu.Lock()
@@ -137,22 +154,8 @@ func freePorts(n int) ([]int, error) {
 
 // rssBytes reads VmRSS of pid from /proc; 0 when it cannot.
 func rssBytes(pid int) int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			fields := strings.Fields(rest)
-			if len(fields) >= 1 {
-				kb, _ := strconv.ParseInt(fields[0], 10, 64)
-				return kb * 1024
-			}
-		}
-	}
-	return 0
+	m, _ := readProcMemory(pid)
+	return m.RSSBytes
 }
 
 // fileSize is the size of path; 0 when it does not exist.

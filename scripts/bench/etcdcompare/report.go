@@ -38,22 +38,23 @@ func printTable(w io.Writer, rep *report) {
 	for name, f := range rep.Fill {
 		fmt.Fprintf(w, "Fill of %s: %d records in %.1fs (%s/s).\n", name, f.Ops, f.Seconds, thousands(f.OpsPerSec))
 	}
-	fmt.Fprintln(w)
 
 	cols := []string{"etcd 3.4", "etcd 3.6", "elanous"}
-	fmt.Fprintf(w, "| row | %s | elanous / best etcd |\n", strings.Join(cols, " | "))
-	fmt.Fprintf(w, "|---|%s---|\n", strings.Repeat("---|", len(cols)))
-	for _, row := range rep.Rows {
-		cells := []string{fmt.Sprintf("%s: %s", row.ID, row.Title)}
-		for _, c := range cols {
-			cells = append(cells, cell(row, row.Results[c]))
+	if len(rep.Rows) > 0 {
+		fmt.Fprintf(w, "\n| row | %s | elanous / best etcd |\n", strings.Join(cols, " | "))
+		fmt.Fprintf(w, "|---|%s---|\n", strings.Repeat("---|", len(cols)))
+		for _, row := range rep.Rows {
+			cells := []string{fmt.Sprintf("%s: %s", row.ID, row.Title)}
+			for _, c := range cols {
+				cells = append(cells, cell(row, row.Results[c]))
+			}
+			cells = append(cells, ratioCell(row))
+			fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 		}
-		cells = append(cells, ratioCell(row))
-		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
-	}
-	fmt.Fprintf(w, "\nRows, etcd vs elanous:\n")
-	for _, row := range rep.Rows {
-		fmt.Fprintf(w, "- %s: %s vs %s\n", row.ID, row.Etcd, row.Elanous)
+		fmt.Fprintf(w, "\nRows, etcd vs elanous:\n")
+		for _, row := range rep.Rows {
+			fmt.Fprintf(w, "- %s: %s vs %s\n", row.ID, row.Etcd, row.Elanous)
+		}
 	}
 
 	if len(rep.Usage) > 0 {
@@ -81,6 +82,7 @@ func printTable(w io.Writer, rep *report) {
 			fmt.Fprintf(w, "- %s\n", wn)
 		}
 	}
+	printModes(w, rep)
 }
 
 // cell is one system's figures on one row.

@@ -54,7 +54,27 @@ type options struct {
 	repo     string
 	etcd34   string
 	workDir  string
+
+	// The elanous-only measurements (see usageText).
+	scale             bool
+	leases            int
+	rate              float64
+	rateDuration      time.Duration
+	openClients       int
+	snapshotWait      time.Duration
+	sampleEvery       time.Duration
+	watches           int
+	watchesPerAddress int
+	watchHold         time.Duration
+	soak              time.Duration
+	calm              time.Duration
+	calmFraction      float64
+	calmRate          float64
 }
+
+// elanousModes reports whether an elanous-only measurement other than the
+// scale phase was asked for.
+func (o options) elanousModes() bool { return o.soak > 0 || o.calm > 0 || o.watches > 0 }
 
 const usageText = `Usage: scripts/bench/compare-etcd [flags]
 
@@ -73,6 +93,34 @@ Rows (--ops):
   failover   SIGKILL the leader under a one-client write loop through a
              surviving member; the gap from the kill to the next successful
              write, --kills times (median and max)
+
+Measurements of the elanous cluster alone (each optional; the scale phase runs
+right after the fill, before the rows, the others after the rows, in this
+order):
+  --fill N   before the rows, N resources are registered (and N keys put in
+             etcd); then, unless --scale=false, the scale phase measures on
+             elanous: the heartbeat row's shape on the empty state (before the
+             fill) and at N; RSS per node with N resources and --leases port
+             leases held; an open loop of --rate heartbeats/s for
+             --rate-duration over the N resources (achieved rate, p50, p99);
+             the snapshots taken with N resources (from raft's log lines,
+             waiting up to --snapshot-wait for one on every node); and how long
+             a follower takes to serve /v1/ready after SIGTERM and a restart
+  --watches N  N members each hold a blocking GET /v1/primary?index=<current>
+             &wait=5m on every candidate (N per candidate, --watches-per-address
+             from each loopback source address 127.1.x.y; one holder process
+             per candidate) for --watch-hold;
+             each candidate's RSS, and how many were held, refused (429) or
+             failed
+  --soak D   the keepalive row's shape for D; every node's RSS and raft.db size
+             sampled every --sample-every (highest of each, and the kernel's
+             peak RSS), the rate, p50, p99 and the snapshots taken
+  --calm D   an open loop at --calm-fraction of the keepalive row's peak for D
+             (the peak is measured first when the keepalive row did not run);
+             the leader changes each node counted
+With --watches, --soak or --calm and no --ops, no row runs (and etcd is not
+started). RSS is VmRSS from /proc; the peak is VmHWM, reset at each phase's
+start.
 
 ELANOUS_* variables in the environment reach the elanous nodes (the environment
 overrides their config file), except those naming a node's identity, addresses,
@@ -100,9 +148,25 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.repo, "repo", "", "the elanous-node working tree to build (default: found from the current directory)")
 	fs.StringVar(&o.etcd34, "etcd34", "/usr/bin/etcd", "the etcd 3.4 binary (Debian's etcd-server is installed when it is missing)")
 	fs.StringVar(&o.workDir, "work-dir", "", "parent of the run's temporary directory (default: the system temp dir)")
+	fs.BoolVar(&o.scale, "scale", true, "with --fill, run the scale phase on elanous")
+	fs.IntVar(&o.leases, "leases", 50, "scale phase: port leases held, one machine each")
+	fs.Float64Var(&o.rate, "rate", 3400, "scale phase: heartbeats/s offered by the open loop")
+	fs.DurationVar(&o.rateDuration, "rate-duration", 60*time.Second, "scale phase: how long the open loop runs")
+	fs.IntVar(&o.openClients, "open-clients", 64, "open loops (scale phase, --calm): connections, spread over the three candidates")
+	fs.DurationVar(&o.snapshotWait, "snapshot-wait", 4*time.Minute, "scale phase: how long to wait for a snapshot on every node after the open loop")
+	fs.DurationVar(&o.sampleEvery, "sample-every", 2*time.Second, "how often the footprint of every node is sampled during the elanous-only measurements")
+	fs.IntVar(&o.watches, "watches", 0, "blocking /v1/primary watches held on each candidate (0: none)")
+	fs.IntVar(&o.watchesPerAddress, "watches-per-address", 32, "watches on each candidate from one source address")
+	fs.DurationVar(&o.watchHold, "watch-hold", 15*time.Second, "how long the watches are held once open")
+	fs.DurationVar(&o.soak, "soak", 0, "soak: the keepalive row's shape for this long (0: none)")
+	fs.DurationVar(&o.calm, "calm", 0, "calm run: an open loop at --calm-fraction of the peak for this long, counting leader changes (0: none)")
+	fs.Float64Var(&o.calmFraction, "calm-fraction", 0.8, "calm run: the fraction of the keepalive row's peak offered")
+	fs.Float64Var(&o.calmRate, "calm-rate", 0, "calm run: offer this many heartbeats/s instead of a fraction of the peak")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	opsSet := false
+	fs.Visit(func(f *flag.Flag) { opsSet = opsSet || f.Name == "ops" })
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
@@ -137,7 +201,48 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 			o.ops = append(o.ops, op)
 		}
 	}
-	if len(o.ops) == 0 && len(errs) == 0 {
+	if o.leases < 0 {
+		errs = append(errs, errors.New("--leases must not be negative"))
+	}
+	if o.rate <= 0 || o.rateDuration <= 0 {
+		errs = append(errs, errors.New("--rate and --rate-duration must be positive"))
+	}
+	if o.openClients < 1 || o.openClients > 1000 {
+		errs = append(errs, errors.New("--open-clients must be between 1 and 1000"))
+	}
+	if o.snapshotWait < 0 {
+		errs = append(errs, errors.New("--snapshot-wait must not be negative"))
+	}
+	if o.sampleEvery <= 0 {
+		errs = append(errs, errors.New("--sample-every must be positive"))
+	}
+	if o.watches < 0 {
+		errs = append(errs, errors.New("--watches must not be negative"))
+	}
+	if o.watchesPerAddress < 1 {
+		errs = append(errs, errors.New("--watches-per-address must be at least 1"))
+	} else if (o.watches+o.watchesPerAddress-1)/o.watchesPerAddress > maxWatchAddrs {
+		errs = append(errs, fmt.Errorf("--watches %d needs more than %d source addresses at --watches-per-address %d", o.watches, maxWatchAddrs, o.watchesPerAddress))
+	}
+	if o.watchHold <= 0 {
+		errs = append(errs, errors.New("--watch-hold must be positive"))
+	}
+	if o.soak < 0 || o.calm < 0 {
+		errs = append(errs, errors.New("--soak and --calm must not be negative"))
+	}
+	if o.calmFraction <= 0 || o.calmFraction > 1 {
+		errs = append(errs, errors.New("--calm-fraction must be in (0, 1]"))
+	}
+	if o.calmRate < 0 {
+		errs = append(errs, errors.New("--calm-rate must not be negative"))
+	}
+	if o.only == "etcd" && o.elanousModes() {
+		errs = append(errs, errors.New("--watches, --soak and --calm measure elanous: not with --only etcd"))
+	}
+	if !opsSet && o.elanousModes() {
+		o.ops = nil // only the measurements asked for
+	}
+	if len(o.ops) == 0 && !o.elanousModes() && len(errs) == 0 {
 		errs = append(errs, errors.New("--ops names no row"))
 	}
 	if o.only != "etcd" && o.repo == "" {
@@ -220,6 +325,14 @@ type report struct {
 	Rows           []rowReport      `json:"rows"`
 	Usage          []nodeUsage      `json:"usage"`
 	Fill           map[string]stats `json:"fill,omitempty"`
+	// The elanous-only measurements, when asked for.
+	Scale   *scaleReport `json:"scale,omitempty"`
+	Watches *watchReport `json:"watches,omitempty"`
+	Soak    *soakReport  `json:"soak,omitempty"`
+	Calm    *calmReport  `json:"calm,omitempty"`
+	// Targets sets the figures measured beside the bounds the project holds
+	// them to.
+	Targets []target `json:"targets,omitempty"`
 }
 
 type reportOptions struct {
@@ -229,6 +342,19 @@ type reportOptions struct {
 	Fill            int      `json:"fill"`
 	Ops             []string `json:"ops"`
 	ElanousEnv      []string `json:"elanousEnv,omitempty"`
+
+	Scale               bool    `json:"scale,omitempty"`
+	Leases              int     `json:"leases,omitempty"`
+	Rate                float64 `json:"rate,omitempty"`
+	RateSeconds         float64 `json:"rateSeconds,omitempty"`
+	OpenClients         int     `json:"openClients,omitempty"`
+	Watches             int     `json:"watches,omitempty"`
+	WatchesPerAddress   int     `json:"watchesPerAddress,omitempty"`
+	SoakSeconds         float64 `json:"soakSeconds,omitempty"`
+	CalmSeconds         float64 `json:"calmSeconds,omitempty"`
+	CalmFraction        float64 `json:"calmFraction,omitempty"`
+	SampleEverySeconds  float64 `json:"sampleEverySeconds"`
+	SnapshotWaitSeconds float64 `json:"snapshotWaitSeconds,omitempty"`
 }
 
 type hostInfo struct {
@@ -266,7 +392,21 @@ func run(ctx context.Context, args []string) error {
 	rep := &report{
 		Started: started,
 		Host:    hostInfo{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), LoadAvgStart: loadAvg()},
-		Options: reportOptions{DurationSeconds: o.duration.Seconds(), Clients: o.clients, Kills: o.kills, Fill: o.fill, Ops: o.ops},
+		Options: reportOptions{DurationSeconds: o.duration.Seconds(), Clients: o.clients, Kills: o.kills, Fill: o.fill, Ops: o.ops,
+			SoakSeconds: o.soak.Seconds(), CalmSeconds: o.calm.Seconds(), Watches: o.watches, SampleEverySeconds: o.sampleEvery.Seconds()},
+	}
+	if o.fill > 0 && o.scale && o.only != "etcd" {
+		ro := &rep.Options
+		ro.Scale, ro.Leases, ro.Rate, ro.RateSeconds, ro.SnapshotWaitSeconds = true, o.leases, o.rate, o.rateDuration.Seconds(), o.snapshotWait.Seconds()
+	}
+	if o.watches > 0 {
+		rep.Options.WatchesPerAddress = o.watchesPerAddress
+	}
+	if o.calm > 0 || (o.fill > 0 && o.scale) {
+		rep.Options.OpenClients = o.openClients
+	}
+	if o.calm > 0 {
+		rep.Options.CalmFraction = o.calmFraction
 	}
 	pr := newPrinter(os.Stderr)
 	procs := newProcs()
@@ -278,8 +418,17 @@ func run(ctx context.Context, args []string) error {
 	}
 	defer os.RemoveAll(root)
 
+	if o.watches > 0 {
+		// Before any node starts, so that they inherit it too.
+		limit, err := raiseFileLimit(uint64(o.watches + 4096))
+		if err != nil {
+			pr.logf("%v", err)
+		}
+		pr.logf("open-file limit %d", limit)
+	}
+
 	var systems []system
-	if o.only != "elanous" {
+	if o.only != "elanous" && len(o.ops) > 0 {
 		pr.logf("preparing etcd 3.4 (Debian etcd-server) and etcd %s (built from the Go module proxy)", etcd36Version)
 		bin34, err := ensureEtcd34(ctx, o.etcd34, pr)
 		if err != nil {
@@ -335,6 +484,7 @@ func run(ctx context.Context, args []string) error {
 	rep.Host.LoadAvgEnd = loadAvg()
 	rep.RuntimeSeconds = time.Since(started).Seconds()
 	computeRatios(rep)
+	rep.Targets = targets(rep)
 	if o.json {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
@@ -344,12 +494,23 @@ func run(ctx context.Context, args []string) error {
 	return nil
 }
 
-// measureSystem starts s, fills it, runs every selected row and records its
-// usage before stopping it.
+// measureSystem starts s, fills it, runs every selected row and, on
+// elanous, the elanous-only measurements asked for, and records its usage
+// before stopping it.
 func measureSystem(ctx context.Context, s system, o options, rep *report, pr *printer) error {
 	pr.logf("%s: starting three members on loopback", s.Name())
 	if err := s.Start(ctx); err != nil {
 		return err
+	}
+	es, isElanous := s.(*elanousSystem)
+	scale := isElanous && o.fill > 0 && o.scale
+	var empty *stats
+	if scale {
+		pr.logf("elanous: scale: the heartbeat row's shape on the empty state, before the fill")
+		var err error
+		if empty, err = runRow(ctx, s, rowKeepalive, o.clients, o.duration, pr); err != nil {
+			return fmt.Errorf("heartbeat on the empty state: %w", err)
+		}
 	}
 	if o.fill > 0 {
 		pr.logf("%s: filling %d records with %d clients", s.Name(), o.fill, o.clients)
@@ -371,6 +532,12 @@ func measureSystem(ctx context.Context, s system, o options, rep *report, pr *pr
 		}
 		rep.Fill[s.Name()] = stats{Ops: o.fill, Seconds: el, OpsPerSec: float64(o.fill) / el}
 	}
+	if scale {
+		var err error
+		if rep.Scale, err = runScale(ctx, es, o, empty, time.Now(), pr); err != nil {
+			return fmt.Errorf("scale: %w", err)
+		}
+	}
 	var beforeKills []nodeUsage
 	for i := range rep.Rows {
 		row := &rep.Rows[i]
@@ -391,6 +558,11 @@ func measureSystem(ctx context.Context, s system, o options, rep *report, pr *pr
 		}
 		row.Results[s.Name()] = st
 	}
+	if isElanous {
+		if err := measureElanous(ctx, es, o, rep, pr); err != nil {
+			return err
+		}
+	}
 	u := s.Usage()
 	for i := range beforeKills {
 		u[i].RSSBeforeKillsBytes = beforeKills[i].RSSBytes
@@ -399,6 +571,37 @@ func measureSystem(ctx context.Context, s system, o options, rep *report, pr *pr
 		pr.logf("%s: %s pid %d RSS %s, %s %s", s.Name(), n.Node, n.PID, mib(n.RSSBytes), n.DBName, mib(n.DBBytes))
 	}
 	rep.Usage = append(rep.Usage, u...)
+	return nil
+}
+
+// measureElanous runs the elanous-only measurements asked for, after the
+// rows: the watches, the soak, the calm run.
+func measureElanous(ctx context.Context, s *elanousSystem, o options, rep *report, pr *printer) error {
+	var err error
+	if o.watches > 0 {
+		if rep.Watches, err = runWatches(ctx, s, o, pr); err != nil {
+			return fmt.Errorf("watches: %w", err)
+		}
+		if err := s.WaitHealthy(ctx); err != nil {
+			return fmt.Errorf("after the watches: %w", err)
+		}
+	}
+	if o.soak > 0 {
+		if rep.Soak, err = runSoak(ctx, s, o, pr); err != nil {
+			return fmt.Errorf("soak: %w", err)
+		}
+	}
+	if o.calm > 0 {
+		var peak float64
+		for _, row := range rep.Rows {
+			if st := row.Results[s.Name()]; row.ID == rowKeepalive && st != nil {
+				peak = st.OpsPerSec
+			}
+		}
+		if rep.Calm, err = runCalm(ctx, s, o, peak, pr); err != nil {
+			return fmt.Errorf("calm: %w", err)
+		}
+	}
 	return nil
 }
 

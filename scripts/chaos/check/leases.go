@@ -330,7 +330,7 @@ func has(m map[string]string, k string) bool { _, found := m[k]; return found }
 // sent with one Idempotency-Key) that ended up with two different leases
 // while the first could not yet have expired: one request was applied twice,
 // and the second grant is an orphan nobody knows to renew or release. When
-// the first lease had been released by its holder, DESIGN §3 allows the new
+// the first lease had been released by its holder, the acquire rule (the lowest free port) allows the new
 // grant ("returns the live lease it created"): that case is a note, not a
 // violation.
 func CheckIdempotency(h []Op) (violations []Violation, notes []string) {

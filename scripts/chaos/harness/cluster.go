@@ -191,9 +191,11 @@ func makeTLS(bin, dir string, ips []string) (*tls.Config, error) {
 func (c *Cluster) ClientTLS() *tls.Config { return c.tls }
 
 // Attach returns a Cluster over nodes started by someone else (containers):
-// only its status methods work.
-func Attach(names, urls []string, tokens wire.TokensFile) *Cluster {
-	c := &Cluster{Tokens: tokens, client: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}
+// only its status methods work. tlsConfig, when not nil, is how clients
+// verify the nodes (https:// urls); ClientTLS returns it.
+func Attach(names, urls []string, tokens wire.TokensFile, tlsConfig *tls.Config) *Cluster {
+	c := &Cluster{Tokens: tokens, tls: tlsConfig,
+		client: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: tlsConfig}}}
 	for i := range names {
 		c.Nodes = append(c.Nodes, &Node{Index: i, Name: names[i], URL: urls[i]})
 	}

@@ -210,7 +210,7 @@ func (c *client) readLeases(ctx context.Context, t int) check.Op {
 	r := c.do(ctx, t, http.MethodGet, "/v1/leases/port?consistent=true", nil, readTimeout, nil)
 	o := check.Op{Kind: check.LeaseRead, Outcome: check.Failed}
 	if r.status == http.StatusOK && r.err == nil && json.Unmarshal(r.body, &o.Leases) == nil {
-		o.Outcome, o.Generation = check.OK, genOf(r.header)
+		o.Outcome, o.Generation, o.Leases = check.OK, genOf(r.header), c.w.ownLeases(o.Leases)
 	}
 	return c.record(o, t, call, r)
 }
@@ -220,7 +220,7 @@ func (c *client) readResources(ctx context.Context, t int) check.Op {
 	r := c.do(ctx, t, http.MethodGet, "/v1/resources?consistent=true", nil, readTimeout, nil)
 	o := check.Op{Kind: check.ResRead, Outcome: check.Failed}
 	if r.status == http.StatusOK && r.err == nil && json.Unmarshal(r.body, &o.Resources) == nil {
-		o.Outcome, o.Generation = check.OK, genOf(r.header)
+		o.Outcome, o.Generation, o.Resources = check.OK, genOf(r.header), c.w.ownResources(o.Resources)
 	}
 	return c.record(o, t, call, r)
 }

@@ -234,7 +234,7 @@ func (c *client) do(ctx context.Context, t int, method, path string, body any, t
 		return response{err: err, sent: wrote.Load() || !dialFailed}
 	}
 	defer resp.Body.Close()
-	b, rerr := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	b, rerr := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
 	r := response{status: resp.StatusCode, header: resp.Header, body: b, sent: true}
 	if rerr != nil {
 		r.err = rerr

@@ -2,6 +2,8 @@ package workload
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -72,7 +74,7 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			f.next++
 			l := wire.PortLease{Port: p, LeaseID: fmt.Sprintf("lease-%d", f.next), Purpose: req.Purpose, TTLMs: req.TTLMs,
-				GrantedAt: now, ExpiresAt: now + req.TTLMs, Generation: 7}
+				GrantedAt: now, ExpiresAt: now + req.TTLMs, Generation: 7, Owner: ownerOf(r)}
 			f.leases[p] = l
 			f.idem[r.Header.Get(wire.HeaderIdempotencyKey)] = p
 			reply(201, l)
@@ -113,7 +115,7 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "/v1/resources/register":
 		var req wire.RegisterRequest
 		_ = json.NewDecoder(r.Body).Decode(&req)
-		res := wire.Resource{ID: req.ID, Kind: req.Kind, Attrs: req.Attrs}
+		res := wire.Resource{ID: req.ID, Kind: req.Kind, Attrs: req.Attrs, Owner: ownerOf(r)}
 		f.resources[req.ID] = res
 		reply(200, res)
 	case path == "/v1/resources" && r.Method == http.MethodGet:
@@ -158,7 +160,8 @@ func runAgainst(t *testing.T, f *fakeServer, d time.Duration) []check.Op {
 	t.Cleanup(srv.Close)
 	rec := NewRecorder()
 	w := New(Config{Targets: []Target{{Name: "fake", URL: srv.URL}}, Clients: 9, ShortTTL: 300 * time.Millisecond,
-		Pace: 5 * time.Millisecond, Seed: 1}, rec)
+		Tokens: wire.TokensFile{Member: strings.Repeat("ab", 32), Query: strings.Repeat("cd", 32)},
+		Pace:   5 * time.Millisecond, Seed: 1}, rec)
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	w.Run(ctx)
@@ -168,8 +171,20 @@ func runAgainst(t *testing.T, f *fakeServer, d time.Duration) []check.Op {
 	return rec.Ops()
 }
 
+// ownerOf is the owner the server stamps: the bearer token's fingerprint.
+func ownerOf(r *http.Request) string {
+	sum := sha256.Sum256([]byte(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")))
+	return hex.EncodeToString(sum[:8])
+}
+
+// A correct server passes, with records of another client beside the
+// workload's (the abuse scenario's members): the workload leaves them out.
 func TestWorkload_CorrectServerPasses(t *testing.T) {
-	h := runAgainst(t, newFake(), 1500*time.Millisecond)
+	f := newFake()
+	far := time.Now().Add(time.Hour).UnixMilli()
+	f.leases[31499] = wire.PortLease{Port: 31499, LeaseID: "foreign", Purpose: "svc", Owner: "0123456789abcdef", TTLMs: 3_600_000, ExpiresAt: far}
+	f.resources["machine:good-0"] = wire.Resource{ID: "machine:good-0", Kind: "machine", Owner: "0123456789abcdef"}
+	h := runAgainst(t, f, 1500*time.Millisecond)
 	kinds := map[check.Kind]int{}
 	for _, o := range h {
 		if o.Outcome == check.OK {

@@ -1,0 +1,580 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/elanous/elanous-node/api"
+	"github.com/elanous/elanous-node/api/apitest"
+	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+)
+
+// guardedCluster is a cluster whose nodes run with the given caps, record
+// metrics in registries the test reads, and write their audit lines to one
+// buffer.
+type guardedCluster struct {
+	*apitest.Cluster
+	reg   []*prometheus.Registry
+	audit *syncBuffer
+}
+
+func startGuarded(t *testing.T, caps api.Caps, opts apitest.Options) *guardedCluster {
+	t.Helper()
+	g := &guardedCluster{audit: &syncBuffer{}}
+	opts.API = func(i int, d *api.Deps) {
+		for len(g.reg) <= i {
+			g.reg = append(g.reg, nil)
+		}
+		g.reg[i] = prometheus.NewRegistry()
+		d.Registry, d.Caps = g.reg[i], caps
+		d.Audit = slog.New(slog.NewJSONHandler(g.audit, nil)).With("node", fmt.Sprintf("node-%c", 'a'+i))
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = clusterOptions().Timeout
+	}
+	g.Cluster = apitest.Start(t, opts)
+	return g
+}
+
+// metric returns the value of the counter or gauge name with the given
+// label pairs (name, value, …) in node i's registry, 0 when there is none.
+func (g *guardedCluster) metric(t *testing.T, i int, name string, labels ...string) float64 {
+	t.Helper()
+	families, err := g.reg[i].Gather()
+	if err != nil {
+		t.Fatalf("gather metrics of node %d: %v", i, err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			for k := 0; k+1 < len(labels); k += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					found = found || lp.GetName() == labels[k] && lp.GetValue() == labels[k+1]
+				}
+				if !found {
+					continue series
+				}
+			}
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// waitFormat2 waits until every node applies the format level that brings
+// quotas, machine ids and Precheck's token check.
+func (g *guardedCluster) waitFormat2(t *testing.T) {
+	t.Helper()
+	for _, n := range g.Nodes {
+		g.WaitFor(n.Machine+" at format 2", 10*time.Second, func() bool { return n.Node.FSM().Format() >= 2 })
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// lines decodes the buffer's JSON lines.
+func (b *syncBuffer) lines(t *testing.T) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(b.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("audit line %q is not JSON: %v", l, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// clientFrom returns an HTTP client whose connections come from the
+// loopback address ip (127.0.0.2, …): each test address has its own rate
+// limit buckets and caps.
+func clientFrom(ip string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
+	return &http.Client{
+		Timeout:       20 * time.Second,
+		Transport:     &http.Transport{Proxy: nil, DialContext: d.DialContext},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// from returns call sent from the loopback address ip.
+func from(ip string, call testutil.Call) testutil.Call {
+	call.Client = clientFrom(ip)
+	return call
+}
+
+func heartbeatCall(url, token, id string) testutil.Call {
+	return testutil.Call{Method: http.MethodPost, URL: url + "/v1/resources/" + id + "/heartbeat", Auth: testutil.Bearer(token)}
+}
+
+func registerCall(url, token, machine, id, kind string, ttlMs int64) testutil.Call {
+	return testutil.JSONCall(http.MethodPost, url+"/v1/resources/register", token,
+		wire.RegisterRequest{ID: id, Kind: kind, Name: machine, Machine: machine, TTLMs: ttlMs})
+}
+
+// A heartbeat, delete, renew or release that would fail is answered by the
+// leader from its applied state without a log entry, whether it reaches the
+// leader directly or through a follower: the leader's commit and last index
+// do not move. A call that succeeds adds one.
+func TestServer_PrecheckAddsNoLogEntry(t *testing.T) {
+	// Hour-long TTLs and sweep interval: no sweep adds an entry meanwhile.
+	c := startGuarded(t, api.Caps{WriteRate: rate.Inf}, apitest.Options{Sweep: time.Hour})
+	c.waitFormat2(t)
+	li, fi := c.Leader(), c.Follower()
+	leader, follower := c.Nodes[li], c.Nodes[fi]
+	mbp := issueToken(t, c.Cluster, leader.URL, "mbp")
+	studio := issueToken(t, c.Cluster, leader.URL, "studio")
+	gone := issueToken(t, c.Cluster, leader.URL, "gone")
+	testutil.WantStatus(t, "revoke gone", testutil.Send(t, testutil.Call{Method: http.MethodDelete,
+		URL: leader.URL + "/v1/tokens/member/gone", Auth: testutil.Bearer(c.Tokens.Admin)}), http.StatusNoContent)
+	const hour = 3_600_000
+	testutil.WantStatus(t, "register", testutil.Send(t, registerCall(leader.URL, mbp.Token, "mbp", "machine:mbp", "machine", hour)), http.StatusOK)
+	lease := acquire(t, leader.URL, mbp.Token, wire.AcquireRequest{Machine: "mbp", Purpose: "precheck", TTLMs: hour})
+	free := bandStart
+	if free == lease.Port {
+		free++
+	}
+	c.WaitApplied()
+
+	tests := []struct {
+		name   string
+		call   func(url string) testutil.Call
+		status int
+		code   string
+	}{
+		{"heartbeat of an unknown id", func(u string) testutil.Call { return heartbeatCall(u, mbp.Token, "machine%3Anope") },
+			http.StatusNotFound, wire.CodeNotFound},
+		{"delete of an unknown id", func(u string) testutil.Call {
+			return testutil.Call{Method: http.MethodDelete, URL: u + "/v1/resources/instance%3Anope%2F1", Auth: testutil.Bearer(c.Tokens.Member)}
+		}, http.StatusNotFound, wire.CodeNotFound},
+		{"heartbeat of another machine's record", func(u string) testutil.Call { return heartbeatCall(u, studio.Token, "machine%3Ambp") },
+			http.StatusForbidden, wire.CodeForbidden},
+		{"renew under another lease id", func(u string) testutil.Call {
+			return leaseCall(http.MethodPost, u, lease.Port, mbp.Token, "00000000-0000-0000-0000-000000000000")
+		}, http.StatusConflict, wire.CodeLeaseMismatch},
+		{"release under another lease id", func(u string) testutil.Call {
+			return leaseCall(http.MethodDelete, u, lease.Port, mbp.Token, "00000000-0000-0000-0000-000000000000")
+		}, http.StatusConflict, wire.CodeLeaseMismatch},
+		{"renew of a free port", func(u string) testutil.Call { return leaseCall(http.MethodPost, u, free, mbp.Token, "x") },
+			http.StatusNotFound, wire.CodeNotFound},
+		{"release by another owner", func(u string) testutil.Call {
+			return leaseCall(http.MethodDelete, u, lease.Port, c.Tokens.Member, lease.LeaseID)
+		},
+			http.StatusForbidden, wire.CodeForbidden},
+		{"heartbeat with a revoked token", func(u string) testutil.Call { return heartbeatCall(u, gone.Token, "machine%3Agone") },
+			http.StatusUnauthorized, wire.CodeUnauthorized},
+	}
+	raft := leader.Node.Raft()
+	for _, via := range []*apitest.Node{leader, follower} {
+		for _, tt := range tests {
+			t.Run(tt.name+" via "+via.Machine, func(t *testing.T) {
+				commit, last := raft.CommitIndex(), raft.LastIndex()
+				r := testutil.Send(t, tt.call(via.URL))
+				testutil.WantError(t, tt.name, r, tt.status, tt.code)
+				if gotCommit, gotLast := raft.CommitIndex(), raft.LastIndex(); gotCommit != commit || gotLast != last {
+					t.Errorf("%s moved the leader's commit index %d → %d (last index %d → %d), want no log entry",
+						tt.name, commit, gotCommit, last, gotLast)
+				}
+			})
+		}
+	}
+	// The measure can fail: a heartbeat that succeeds is an entry.
+	commit := raft.CommitIndex()
+	testutil.WantStatus(t, "heartbeat of a live record", testutil.Send(t, heartbeatCall(leader.URL, mbp.Token, "machine%3Ambp")), http.StatusOK)
+	if raft.CommitIndex() <= commit {
+		t.Errorf("a successful heartbeat left the commit index at %d", commit)
+	}
+}
+
+// Writes are limited per machine token and per remote address on the node
+// the client talks to; a write a follower forwards is not charged again on
+// the leader; cluster tokens are limited by address only; a forwarding
+// header from a client's address does not exempt it; authentication
+// failures take from the address's bucket.
+func TestServer_WriteRateLimits(t *testing.T) {
+	// One token every 100 s: nothing refills while the test runs.
+	c := startGuarded(t, api.Caps{WriteRate: 0.01, WriteBurst: 3}, apitest.Options{})
+	c.waitFormat2(t)
+	li, fi := c.Leader(), c.Follower()
+	leader, follower := c.Nodes[li], c.Nodes[fi]
+	mbp := testutil.Decode[wire.IssuedToken](t, testutil.Expect(t, from("127.0.0.9",
+		testutil.JSONCall(http.MethodPost, leader.URL+"/v1/tokens/member", c.Tokens.Admin, wire.IssueTokenRequest{Machine: "mbp"})), http.StatusCreated))
+	c.WaitApplied()
+	const ttl = 600_000
+	refused := func(what string, r testutil.Reply) {
+		t.Helper()
+		testutil.WantError(t, what, r, http.StatusTooManyRequests, wire.CodeRateLimited)
+		if s, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || s < 1 {
+			t.Errorf("%s: Retry-After = %q, want whole seconds ≥ 1", what, r.Header.Get("Retry-After"))
+		}
+	}
+
+	// Through a follower: charged there, once.
+	testutil.Expect(t, from("127.0.0.2", registerCall(follower.URL, mbp.Token, "mbp", "machine:mbp", "machine", ttl)), http.StatusOK)
+	for range 2 {
+		testutil.Expect(t, from("127.0.0.2", heartbeatCall(follower.URL, mbp.Token, "machine%3Ambp")), http.StatusOK)
+	}
+	refused("fourth write through the follower", testutil.Send(t, from("127.0.0.2", heartbeatCall(follower.URL, mbp.Token, "machine%3Ambp"))))
+	if got := c.metric(t, fi, "elanous_rate_limited_total", "scope", "address"); got != 1 {
+		t.Errorf("follower rate_limited{scope=address} = %v, want 1", got)
+	}
+
+	// The leader charged none of them: mbp has its whole burst there.
+	for _, ip := range []string{"127.0.0.3", "127.0.0.3", "127.0.0.4"} {
+		testutil.Expect(t, from(ip, heartbeatCall(leader.URL, mbp.Token, "machine%3Ambp")), http.StatusOK)
+	}
+	refused("fourth write of mbp on the leader", testutil.Send(t, from("127.0.0.5", heartbeatCall(leader.URL, mbp.Token, "machine%3Ambp"))))
+	if got := c.metric(t, li, "elanous_rate_limited_total", "scope", "token"); got != 1 {
+		t.Errorf("leader rate_limited{scope=token} = %v, want 1", got)
+	}
+
+	// A cluster token is limited by address only.
+	for _, ip := range []string{"127.0.0.6", "127.0.0.6", "127.0.0.6", "127.0.0.7"} {
+		testutil.Expect(t, from(ip, registerCall(leader.URL, c.Tokens.Member, "shared", "machine:shared", "machine", ttl)), http.StatusOK)
+	}
+
+	// A client that claims to be a forward is charged all the same.
+	spoof := func() testutil.Call {
+		return from("127.0.0.8", registerCall(leader.URL, c.Tokens.Member, "spoof", "machine:spoof", "machine", ttl).
+			WithHeader(wire.HeaderForwarded, follower.Machine))
+	}
+	for range 3 {
+		testutil.Expect(t, spoof(), http.StatusOK)
+	}
+	refused("fourth spoofed forward", testutil.Send(t, spoof()))
+
+	// Authentication failures take from the address's bucket too.
+	for range 3 {
+		r := testutil.Send(t, from("127.0.0.10", testutil.Call{Method: http.MethodGet, URL: leader.URL + "/v1/resources", Auth: testutil.Bearer(testutil.RandomToken())}))
+		testutil.WantError(t, "unknown token", r, http.StatusUnauthorized, wire.CodeUnauthorized)
+	}
+	refused("fourth unknown token", testutil.Send(t, from("127.0.0.10",
+		testutil.Call{Method: http.MethodGet, URL: leader.URL + "/v1/resources", Auth: testutil.Bearer(testutil.RandomToken())})))
+}
+
+// A follower that has applied every entry it holds answers an unknown token
+// 401 at once, without asking the leader.
+func TestServer_UnknownTokenOnCaughtUpFollower(t *testing.T) {
+	c := startGuarded(t, api.Caps{WriteRate: rate.Inf}, apitest.Options{})
+	fi := c.Follower()
+	follower := c.Nodes[fi]
+	c.WaitFor("the follower caught up", 10*time.Second, func() bool { return !follower.Node.Lagging() })
+	before := c.metric(t, fi, "elanous_forwards_total", "result", "ok") + c.metric(t, fi, "elanous_forwards_total", "result", "error")
+	for range 50 {
+		r := testutil.Send(t, testutil.Call{Method: http.MethodPost, URL: follower.URL + "/v1/resources/machine%3Ax/heartbeat", Auth: testutil.Bearer(testutil.RandomToken())})
+		testutil.WantError(t, "unknown token on a follower", r, http.StatusUnauthorized, wire.CodeUnauthorized)
+	}
+	after := c.metric(t, fi, "elanous_forwards_total", "result", "ok") + c.metric(t, fi, "elanous_forwards_total", "result", "error")
+	if after != before {
+		t.Errorf("the follower forwarded %v unknown tokens to the leader, want none", after-before)
+	}
+}
+
+// Blocking queries are capped overall and per address; over a cap the answer
+// is 429 at once and the connection is closed; a query whose index has
+// passed needs no slot; one its client gives up is 499, not a server error.
+func TestServer_BlockingQueryCaps(t *testing.T) {
+	c := startGuarded(t, api.Caps{WriteRate: rate.Inf, BlockingQueries: 3, BlockingQueriesPerAddress: 2}, apitest.Options{})
+	fi := c.Follower()
+	n := c.Nodes[fi]
+	idx := headerUint(t, testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: n.URL + "/v1/primary"}), wire.HeaderIndex)
+	blocking := testutil.Call{Method: http.MethodGet, URL: fmt.Sprintf("%s/v1/primary?index=%d&wait=30s", n.URL, idx), Auth: testutil.Bearer(c.Tokens.Query)}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	hold := func(ip string) {
+		wg.Go(func() { _, _ = testutil.DoContext(ctx, from(ip, blocking)) })
+	}
+	waiting := func(want float64) {
+		t.Helper()
+		c.WaitFor(fmt.Sprintf("%v blocking queries", want), 10*time.Second, func() bool {
+			return c.metric(t, fi, "elanous_blocking_queries") == want
+		})
+	}
+	hold("127.0.0.2")
+	hold("127.0.0.2")
+	waiting(2)
+	r := testutil.Send(t, from("127.0.0.2", blocking))
+	testutil.WantError(t, "a third blocking query from one address", r, http.StatusTooManyRequests, wire.CodeRateLimited)
+	if r.Header.Get("Retry-After") == "" {
+		t.Errorf("refused blocking query headers = %v, want Retry-After", r.Header)
+	}
+	// The refusal closes the connection: reading a keep-alive HTTP/1.1
+	// answer to the end returns only because the server closed it.
+	conn, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).Dial("tcp", strings.TrimPrefix(n.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /v1/primary?index=%d&wait=30s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", idx, c.Tokens.Query)
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	raw, err := io.ReadAll(conn)
+	if err != nil || !strings.HasPrefix(string(raw), "HTTP/1.1 429") {
+		t.Errorf("raw refused blocking query = %q, %v; want a 429 and the connection closed", raw, err)
+	}
+	hold("127.0.0.3")
+	waiting(3)
+	r = testutil.Send(t, from("127.0.0.4", blocking))
+	testutil.WantError(t, "a blocking query over the node's cap", r, http.StatusTooManyRequests, wire.CodeRateLimited)
+	passed := blocking
+	passed.URL = n.URL + "/v1/primary?index=0&wait=30s"
+	testutil.Expect(t, from("127.0.0.4", passed), http.StatusOK)
+	if got := c.metric(t, fi, "elanous_blocking_queries_refused_total"); got != 3 {
+		t.Errorf("blocking_queries_refused_total = %v, want 3", got)
+	}
+	cancel()
+	waiting(0)
+	// The three the clients gave up are 499, not server errors.
+	c.WaitFor("the abandoned queries counted", 10*time.Second, func() bool {
+		return c.metric(t, fi, "elanous_http_requests_total", "route", "/v1/primary", "code", "499") == 3
+	})
+	if got := c.metric(t, fi, "elanous_http_requests_total", "route", "/v1/primary", "code", "500"); got != 0 {
+		t.Errorf("abandoned blocking queries counted %v times as 500", got)
+	}
+}
+
+// A /v1/primary blocking query without a valid token waits at most
+// Caps.AnonymousWait; with one it waits what it asked.
+func TestServer_AnonymousPrimaryWait(t *testing.T) {
+	c := startGuarded(t, api.Caps{WriteRate: rate.Inf, AnonymousWait: 300 * time.Millisecond}, apitest.Options{})
+	n := c.Nodes[c.Follower()]
+	idx := headerUint(t, testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: n.URL + "/v1/primary"}), wire.HeaderIndex)
+	for _, auth := range []string{"", testutil.Bearer(testutil.RandomToken()), "Bearer garbage"} {
+		// Without the cap this would wait 5 minutes and the client's 20 s would run out.
+		r := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: fmt.Sprintf("%s/v1/primary?index=%d&wait=5m", n.URL, idx), Auth: auth})
+		testutil.WantStatus(t, "anonymous blocking /v1/primary", r, http.StatusOK)
+		if got := headerUint(t, r, wire.HeaderIndex); got != idx {
+			t.Fatalf("anonymous blocking query answered index %d, want the unchanged %d", got, idx)
+		}
+	}
+	r := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: fmt.Sprintf("%s/v1/primary?index=%d&wait=1500ms", n.URL, idx), Auth: testutil.Bearer(c.Tokens.Query)})
+	testutil.WantStatus(t, "authenticated blocking /v1/primary", r, http.StatusOK)
+	if r.Elapsed < 1500*time.Millisecond && headerUint(t, r, wire.HeaderIndex) == idx {
+		t.Errorf("an authenticated blocking query answered after %v, want its whole 1.5 s wait", r.Elapsed)
+	}
+}
+
+// Random methods and paths do not grow the metrics registry: routes and
+// methods outside the fixed sets are labelled "other".
+func TestServer_MetricLabelsAreFixed(t *testing.T) {
+	c := startGuarded(t, api.Caps{WriteRate: rate.Inf}, apitest.Options{})
+	n := c.Nodes[0]
+	var sent []string
+	for i := range 60 {
+		method := fmt.Sprintf("M%04X", i*7919)
+		path := fmt.Sprintf("/random/%d", i)
+		sent = append(sent, method, path)
+		r := testutil.Send(t, testutil.Call{Method: method, URL: n.URL + path})
+		testutil.WantStatus(t, method+" "+path, r, http.StatusNotFound)
+		r = testutil.Send(t, testutil.Call{Method: method, URL: n.URL + "/v1/primary"})
+		testutil.WantStatus(t, method+" /v1/primary", r, http.StatusMethodNotAllowed)
+	}
+	families, err := c.reg[0].Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	methods := map[string]bool{"GET": true, "HEAD": true, "POST": true, "PUT": true, "PATCH": true, "DELETE": true, "OPTIONS": true, "other": true}
+	series := 0
+	for _, f := range families {
+		if f.GetName() != "elanous_http_requests_total" && f.GetName() != "elanous_http_request_duration_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			series++
+			for _, lp := range m.GetLabel() {
+				switch lp.GetName() {
+				case "method":
+					if !methods[lp.GetValue()] {
+						t.Errorf("%s has method label %q, want one of the fixed set", f.GetName(), lp.GetValue())
+					}
+				case "route":
+					if v := lp.GetValue(); v != "other" && !strings.HasPrefix(v, "/v1/") && v != "/metrics" {
+						t.Errorf("%s has route label %q", f.GetName(), v)
+					}
+				}
+			}
+		}
+	}
+	if c.metric(t, 0, "elanous_http_requests_total", "route", "other", "method", "other", "code", "404") != 60 {
+		t.Errorf(`requests_total{route="other",method="other",code="404"} = %v, want 60`,
+			c.metric(t, 0, "elanous_http_requests_total", "route", "other", "method", "other", "code", "404"))
+	}
+	if series > 12 {
+		t.Errorf("%d request series after 120 requests of random methods and paths, want a handful", series)
+	}
+}
+
+// Every admin action and every authentication failure is one audit line,
+// written where it is decided (once, on the leader, for a forwarded write),
+// naming the client's address and the token's fingerprint, never a token.
+func TestServer_AuditLog(t *testing.T) {
+	c := startGuarded(t, api.Caps{WriteRate: rate.Inf}, apitest.Options{})
+	c.waitFormat2(t)
+	li, fi := c.Leader(), c.Follower()
+	leader, follower := c.Nodes[li], c.Nodes[fi]
+	admin := func(call testutil.Call, want int) testutil.Reply {
+		t.Helper()
+		return testutil.Expect(t, from("127.0.0.2", call), want)
+	}
+	issued := testutil.Decode[wire.IssuedToken](t, admin(testutil.JSONCall(http.MethodPost, follower.URL+"/v1/tokens/member", c.Tokens.Admin,
+		wire.IssueTokenRequest{Machine: "mbp"}), http.StatusCreated))
+	lease := acquire(t, leader.URL, c.Tokens.Member, wire.AcquireRequest{Machine: "mbp", Purpose: "audit", TTLMs: memberTTL})
+	admin(leaseCall(http.MethodDelete, follower.URL, lease.Port, c.Tokens.Admin, lease.LeaseID), http.StatusNoContent)
+	own := acquire(t, leader.URL, c.Tokens.Member, wire.AcquireRequest{Machine: "mbp", Purpose: "audit", TTLMs: memberTTL})
+	testutil.Expect(t, leaseCall(http.MethodDelete, leader.URL, own.Port, c.Tokens.Member, own.LeaseID), http.StatusNoContent)
+	admin(testutil.Call{Method: http.MethodDelete, URL: leader.URL + "/v1/tokens/member/mbp", Auth: testutil.Bearer(c.Tokens.Admin)}, http.StatusNoContent)
+	admin(testutil.JSONCall(http.MethodPut, follower.URL+"/v1/cluster/limits", c.Tokens.Admin, wire.Limits{ResourcesPerMachine: 7}), http.StatusOK)
+	unknown := testutil.RandomToken()
+	testutil.Expect(t, from("127.0.0.3", testutil.Call{Method: http.MethodGet, URL: leader.URL + "/v1/resources", Auth: testutil.Bearer(unknown)}), http.StatusUnauthorized)
+	const malformed = "Bearer not-a-token-SECRET"
+	testutil.Expect(t, from("127.0.0.3", testutil.Call{Method: http.MethodGet, URL: follower.URL + "/v1/resources", Auth: malformed}), http.StatusUnauthorized)
+	testutil.Expect(t, from("127.0.0.3", testutil.JSONCall(http.MethodPost, follower.URL+"/v1/tokens/member", c.Tokens.Query,
+		wire.IssueTokenRequest{Machine: "x"})), http.StatusForbidden)
+
+	text := c.audit.String()
+	for _, secret := range []string{c.Tokens.Admin, c.Tokens.Member, c.Tokens.Query, issued.Token, unknown, "not-a-token-SECRET", lease.LeaseID} {
+		if strings.Contains(text, secret) {
+			t.Errorf("the audit log holds a secret %q:\n%s", secret, text)
+		}
+	}
+	want := []struct {
+		action, outcome, node, token, remote string
+		status                               float64
+		extra                                map[string]any
+	}{
+		{"token.issue", "ok", leader.Machine, fingerprint(c.Tokens.Admin), "127.0.0.2", 201, map[string]any{"machine": "mbp", "via": follower.Machine}},
+		{"lease.release", "ok", leader.Machine, fingerprint(c.Tokens.Admin), "127.0.0.2", 204, map[string]any{"port": float64(lease.Port)}},
+		{"token.revoke", "ok", leader.Machine, fingerprint(c.Tokens.Admin), "127.0.0.2", 204, map[string]any{"machine": "mbp"}},
+		{"limits.set", "ok", leader.Machine, fingerprint(c.Tokens.Admin), "127.0.0.2", 200, map[string]any{"resources_per_machine": float64(7)}},
+		{"auth", wire.CodeUnauthorized, leader.Machine, fingerprint(unknown), "127.0.0.3", 401, nil},
+		{"auth", wire.CodeUnauthorized, follower.Machine, "", "127.0.0.3", 401, nil},
+		{"auth", wire.CodeForbidden, follower.Machine, fingerprint(c.Tokens.Query), "127.0.0.3", 403, nil},
+	}
+	lines := c.audit.lines(t)
+	if len(lines) != len(want) {
+		t.Errorf("audit log has %d lines, want %d (one per action; the member's own release is not one):\n%s", len(lines), len(want), text)
+	}
+	for _, w := range want {
+		found := 0
+		for _, l := range lines {
+			if l["action"] != w.action || l["outcome"] != w.outcome || l["node"] != w.node || l["token"] != w.token || l["status"] != w.status ||
+				l["audit"] != true || !strings.HasPrefix(fmt.Sprint(l["remote"]), w.remote+":") {
+				continue
+			}
+			ok := true
+			for k, v := range w.extra {
+				ok = ok && l[k] == v
+			}
+			if ok {
+				found++
+			}
+		}
+		if found != 1 {
+			t.Errorf("audit lines for %s %s on %s from %s: %d, want 1:\n%s", w.action, w.outcome, w.node, w.remote, found, text)
+		}
+	}
+}
+
+// The quotas are visible on every node and in the cluster status, an admin
+// changes them through the log, and the change bites.
+func TestServer_ClusterLimits(t *testing.T) {
+	c := startGuarded(t, api.Caps{WriteRate: rate.Inf}, apitest.Options{})
+	c.waitFormat2(t)
+	fi := c.Follower()
+	follower := c.Nodes[fi]
+	get := func(n *apitest.Node) wire.LimitsStatus {
+		t.Helper()
+		return testutil.Decode[wire.LimitsStatus](t, testutil.Expect(t, testutil.Call{Method: http.MethodGet,
+			URL: n.URL + "/v1/cluster/limits?consistent=true", Auth: testutil.Bearer(c.Tokens.Query)}, http.StatusOK))
+	}
+	defaults := wire.Limits{ResourcesPerMachine: 1024, LeasesPerMachine: (bandEnd - bandStart + 1) / 4, Resources: 250_000, IdempotencyKeys: 100_000}
+	for _, n := range c.Nodes {
+		got := get(n)
+		if got.Set != (wire.Limits{}) || got.Effective != defaults || !got.Enforced || got.Node == nil || got.Node.BlockingQueriesPerAddress != 64 {
+			t.Errorf("GET /v1/cluster/limits on %s = %+v (node %+v), want the defaults %+v, enforced", n.Machine, got, got.Node, defaults)
+		}
+	}
+	put := func(token, body string) testutil.Reply {
+		return testutil.Send(t, testutil.Call{Method: http.MethodPut, URL: follower.URL + "/v1/cluster/limits", Auth: testutil.Bearer(token),
+			Body: body, ContentType: "application/json"})
+	}
+	r := put(c.Tokens.Admin, `{"resourcesPerMachine": 1}`)
+	testutil.WantStatus(t, "PUT limits", r, http.StatusOK)
+	want := defaults
+	want.ResourcesPerMachine = 1
+	if got := testutil.Decode[wire.LimitsStatus](t, r); got.Set != (wire.Limits{ResourcesPerMachine: 1}) || got.Effective != want {
+		t.Errorf("PUT limits answered %+v, want set {1 0 0 0} and effective %+v", got, want)
+	}
+	for _, n := range c.Nodes {
+		if got := get(n); got.Effective != want {
+			t.Errorf("GET limits on %s after PUT = %+v, want %+v", n.Machine, got.Effective, want)
+		}
+		c.WaitFor(n.Machine+" applied the limits", 5*time.Second, func() bool { return n.Node.FSM().Limits().ResourcesPerMachine == 1 })
+		st := testutil.Decode[wire.ClusterStatus](t, testutil.Expect(t, testutil.Call{Method: http.MethodGet, URL: n.URL + "/v1/cluster/status",
+			Auth: testutil.Bearer(c.Tokens.Query)}, http.StatusOK))
+		if st.Limits == nil || st.Limits.Set.ResourcesPerMachine != 1 {
+			t.Errorf("cluster status of %s has limits %+v, want resourcesPerMachine 1", n.Machine, st.Limits)
+		}
+	}
+	testutil.Expect(t, registerCall(follower.URL, c.Tokens.Member, "q", "machine:q", "machine", memberTTL), http.StatusOK)
+	r = testutil.Send(t, registerCall(follower.URL, c.Tokens.Member, "q", "instance:q/1", "instance", memberTTL))
+	testutil.WantError(t, "a second resource of q", r, http.StatusTooManyRequests, wire.CodeQuotaExceeded)
+
+	for _, bad := range []struct {
+		name, token, body string
+		status            int
+		code              string
+	}{
+		{"member token", c.Tokens.Member, `{}`, http.StatusForbidden, wire.CodeForbidden},
+		{"negative", c.Tokens.Admin, `{"resources": -1}`, http.StatusBadRequest, wire.CodeInvalidRequest},
+		{"unknown field", c.Tokens.Admin, `{"resourcez": 1}`, http.StatusBadRequest, wire.CodeInvalidRequest},
+		{"no body", c.Tokens.Admin, ``, http.StatusBadRequest, wire.CodeInvalidRequest},
+	} {
+		testutil.WantError(t, "PUT limits, "+bad.name, put(bad.token, bad.body), bad.status, bad.code)
+	}
+	testutil.WantStatus(t, "PUT limits back to the defaults", put(c.Tokens.Admin, `{}`), http.StatusOK)
+	if got := get(follower); got.Effective != defaults {
+		t.Errorf("limits after PUT {} = %+v, want the defaults", got.Effective)
+	}
+}

@@ -1,0 +1,25 @@
+package member
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/elanous/elanous-node/api/wire"
+)
+
+// Limits returns the cluster's quotas and the target's own limits
+// (GET /v1/cluster/limits, query scope).
+func (c *Client) Limits(ctx context.Context, o ReadOptions) (wire.LimitsStatus, error) {
+	var out wire.LimitsStatus
+	_, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/cluster/limits", query: o.query()}, &out)
+	return out, err
+}
+
+// SetLimits replaces the cluster's quotas through the log
+// (PUT /v1/cluster/limits, admin scope): a zero field takes its default. It
+// returns the limits then in force.
+func (c *Client) SetLimits(ctx context.Context, l wire.Limits) (wire.LimitsStatus, error) {
+	var out wire.LimitsStatus
+	_, err := c.do(ctx, request{method: http.MethodPut, path: "/v1/cluster/limits", body: l}, &out)
+	return out, err
+}

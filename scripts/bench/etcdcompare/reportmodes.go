@@ -1,0 +1,161 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// printModes writes the sections of the elanous-only measurements and the
+// targets, below the comparison.
+func printModes(w io.Writer, rep *report) {
+	if sc := rep.Scale; sc != nil {
+		printScale(w, rep, sc)
+	}
+	if wr := rep.Watches; wr != nil {
+		printWatches(w, wr)
+	}
+	if sk := rep.Soak; sk != nil {
+		fmt.Fprintf(w, "\nSoak (elanous): the keepalive row's shape (%d clients, closed loop) for %.0f s, every node sampled every %.0f s: %s. Leader changes: %d; the term moved by %d.\n\n",
+			rep.Options.Clients, sk.DurationSeconds, sk.SampleEverySeconds, loadCell(sk.Load), sk.LeaderChanges, sk.TermChange)
+		fmt.Fprintf(w, "| member | highest RSS (sampled) | peak RSS (kernel) | RSS at the end | highest raft.db | raft.db at the end | snapshots taken | longest | last_snapshot_index / last index | retained |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		for i, p := range sk.Peaks {
+			sn := sk.Snapshots[i]
+			fmt.Fprintf(w, "| %s | %s at %.0f s | %s | %s | %s at %.0f s | %s | %d | %s | %d / %d | %d |\n", p.Node, mib(p.MaxRSSBytes), p.MaxRSSAtSeconds,
+				peakCell(p), mib(p.LastRSSBytes), mib(p.MaxDBBytes), p.MaxDBAtSeconds, mib(p.LastDBBytes), sn.Taken, msCell(sn.MaxMs), sn.LastSnapshotIndex, sn.LastIndex, sn.Retained)
+		}
+	}
+	if c := rep.Calm; c != nil {
+		fmt.Fprintf(w, "\nCalm run (elanous): an open loop at %.0f%% of %s/s (%s) = %s heartbeats/s for %.0f s over %d connections: %s.\n",
+			c.Fraction*100, thousands(c.PeakPerSec), c.PeakFrom, thousands(c.Load.TargetPerSec), rep.Options.CalmSeconds, rep.Options.OpenClients, openCell(c.Load))
+		fmt.Fprintf(w, "Leader changes: %d (the most one node counted); the term moved by %d.\n\n", c.LeaderChanges, c.TermChange)
+		fmt.Fprintf(w, "| member | leader changes counted before → after | term before → after | highest RSS | highest raft.db |\n|---|---|---|---|---|\n")
+		for i, n := range c.Nodes {
+			restarted := ""
+			if n.Restarted {
+				restarted = " (restarted: not counted)"
+			}
+			fmt.Fprintf(w, "| %s | %.0f → %.0f%s | %d → %d | %s | %s |\n", n.Node, n.ChangesBefore, n.ChangesAfter, restarted, n.TermBefore, n.TermAfter,
+				mib(c.Peaks[i].HighestRSS()), mib(c.Peaks[i].MaxDBBytes))
+		}
+	}
+	if len(rep.Targets) > 0 {
+		fmt.Fprintf(w, "\nTargets (MB read as MiB; a figure measured at other parameters than its bound is for says so):\n\n")
+		fmt.Fprintf(w, "| figure | value | bound | met |\n|---|---|---|---|\n")
+		for _, t := range rep.Targets {
+			met := "no"
+			switch {
+			case !t.Measured:
+				met = "not measured"
+			case t.Met:
+				met = "yes"
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", t.Figure, t.Value, t.Bound, met)
+		}
+	}
+}
+
+func printScale(w io.Writer, rep *report, sc *scaleReport) {
+	fmt.Fprintf(w, "\nScale phase (elanous, %d resources, %d port leases held, one machine each):\n\n", sc.Resources, sc.Leases)
+	fmt.Fprintf(w, "- heartbeat, the keepalive row's shape (%d clients, closed loop): %s on the empty state, %s at %d resources: %.2f×\n",
+		rep.Options.Clients, loadCell(sc.EmptyHeartbeat), loadCell(sc.FilledHeartbeat), sc.Resources, sc.HeartbeatRatio)
+	fmt.Fprintf(w, "- open loop, each request on the next resource, %d connections: %s\n", rep.Options.OpenClients, openCell(sc.Open))
+	if len(sc.Snapshots) == 0 {
+		fmt.Fprintf(w, "- snapshots with %d resources: none completed within %.0f s after the load (raft last_snapshot_index: %s)\n", sc.Resources, sc.SnapshotWaitSeconds, indexCell(sc.LastSnapshotIndex))
+	} else {
+		var parts []string
+		for _, sp := range sc.Snapshots {
+			parts = append(parts, fmt.Sprintf("%s %.0f ms (index %d)", sp.Node, sp.DurationMs, sp.Index))
+		}
+		fmt.Fprintf(w, "- snapshots with %d resources, from \"starting snapshot\" to \"snapshot complete\" in raft's log: %s; longest %.0f ms\n", sc.Resources, strings.Join(parts, ", "), sc.SnapshotMaxMs)
+	}
+	if r := sc.Restart; r != nil {
+		fmt.Fprintf(w, "- follower restart: %s stopped %.0f ms after SIGTERM (log to %d, last snapshot at %d, %d snapshots on disk); served /v1/ready %.0f ms after its start; RSS then %s\n",
+			r.Node, r.StopMs, r.LastIndex, r.LastSnapshotIndex, r.SnapshotsOnDisk, r.ReadyMs, mib(r.RSSBytes))
+	}
+	fmt.Fprintf(w, "\n| member | RSS at rest | highest RSS (sampled) | peak RSS (kernel) | raft.db at rest | highest raft.db |\n|---|---|---|---|---|---|\n")
+	for i, p := range sc.Peaks {
+		var rest nodeSample
+		if i < len(sc.AtRest) {
+			rest = sc.AtRest[i]
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", p.Node, mib(rest.RSSBytes), mib(p.MaxRSSBytes), peakCell(p), mib(rest.DBBytes), mib(p.MaxDBBytes))
+	}
+}
+
+func printWatches(w io.Writer, wr *watchReport) {
+	fmt.Fprintf(w, "\nWatches (elanous): %d members each hold GET /v1/primary?index=<current>&wait=%s on every candidate (%d per candidate from each of %d loopback addresses), opened in %.1f s and held %.0f s; leader changes meanwhile: %d (the term moved by %d):\n\n",
+		wr.PerCandidate, wr.Wait, wr.PerAddress, wr.Addresses, wr.OpenSeconds, wr.HoldSeconds, wr.LeaderChanges, wr.TermChange)
+	fmt.Fprintf(w, "| candidate | held | refused (429) | answered | other status | failed | its blocking-query count | RSS before | highest RSS (sampled) | peak RSS (kernel) |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for i, nd := range wr.Nodes {
+		gauge := "—"
+		if nd.BlockingQueries != nil {
+			gauge = thousands(*nd.BlockingQueries)
+		}
+		p := wr.Peaks[i]
+		fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %d | %s | %s | %s | %s |\n", nd.Node, nd.Held, nd.Refused, nd.Answered, nd.OtherStatus, nd.Failed, gauge,
+			mib(nd.BaselineRSSBytes), mib(p.MaxRSSBytes), peakCell(p))
+	}
+	if len(wr.ErrorKinds) > 0 {
+		var parts []string
+		for k, n := range wr.ErrorKinds {
+			parts = append(parts, fmt.Sprintf("%d× %s", n, k))
+		}
+		fmt.Fprintf(w, "\nWatch failures: %s.\n", strings.Join(parts, "; "))
+	}
+}
+
+// loadCell is a closed loop's figures in a sentence.
+func loadCell(st *stats) string {
+	if st == nil {
+		return "—"
+	}
+	out := fmt.Sprintf("%s/s, p50 %s ms, p99 %s ms", thousands(st.OpsPerSec), fmtMs(st.P50Ms), fmtMs(st.P99Ms))
+	if st.Errors > 0 {
+		out += fmt.Sprintf(", %d errors (%s)", st.Errors, st.errorText())
+	}
+	return out
+}
+
+// openCell is an open loop's figures in a sentence.
+func openCell(st *stats) string {
+	if st == nil {
+		return "—"
+	}
+	out := fmt.Sprintf("offered %s/s, achieved %s/s, p50 %s ms, p99 %s ms from the due time (service p99 %s ms)",
+		thousands(st.TargetPerSec), thousands(st.OpsPerSec), fmtMs(st.P50Ms), fmtMs(st.P99Ms), fmtMs(st.ServiceP99Ms))
+	if st.Errors > 0 || st.Dropped > 0 {
+		out += fmt.Sprintf(", %d errors, %d dropped", st.Errors, st.Dropped)
+		if st.Errors > 0 {
+			out += " (" + st.errorText() + ")"
+		}
+	}
+	return out
+}
+
+func peakCell(p nodePeak) string {
+	if p.PeakRSSBytes == 0 {
+		return "—"
+	}
+	return mib(p.PeakRSSBytes)
+}
+
+func msCell(v float64) string {
+	if v == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f ms", v)
+}
+
+func indexCell(m map[string]uint64) string {
+	if len(m) == 0 {
+		return "—"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}

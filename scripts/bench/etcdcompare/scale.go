@@ -1,0 +1,356 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/elanous/elanous-node/api/wire"
+)
+
+// scaleReport is what the elanous cluster does with --fill N resources in
+// its state (the scale phase, right after the fill): its memory with N
+// resources and a band of leases held, the heartbeat rate beside the rate on
+// an empty state, an open-loop heartbeat load at a fixed rate over the N
+// resources, the snapshots taken once the state held N resources, and how
+// long a follower takes to serve again after a restart.
+type scaleReport struct {
+	Resources int `json:"resources"`
+	// Leases is how many port leases were held, each by a machine of its
+	// own, through the phase.
+	Leases int `json:"leases"`
+	// AtRest is each node's footprint once the fill is done and the leases
+	// are held, before any load.
+	AtRest []nodeSample `json:"atRest"`
+	// EmptyHeartbeat is the keepalive row's shape (closed loop, --clients
+	// clients) on the empty state before the fill; FilledHeartbeat the same
+	// after it; HeartbeatRatio filled / empty.
+	EmptyHeartbeat  *stats  `json:"emptyHeartbeat"`
+	FilledHeartbeat *stats  `json:"filledHeartbeat"`
+	HeartbeatRatio  float64 `json:"heartbeatRatio"`
+	// Open is the open loop: --rate heartbeats/s for --rate-duration, each on
+	// the next of the N resources.
+	Open *stats `json:"openLoop"`
+	// Snapshots are those started after the fill (with N resources in the
+	// state); SnapshotWaitSeconds how long the phase waited for them after
+	// the load, and LastSnapshotIndex each node's raft last_snapshot_index
+	// then.
+	Snapshots           []snapshotSpan    `json:"snapshots"`
+	SnapshotMaxMs       float64           `json:"snapshotMaxMs,omitempty"`
+	SnapshotWaitSeconds float64           `json:"snapshotWaitSeconds"`
+	LastSnapshotIndex   map[string]uint64 `json:"lastSnapshotIndex"`
+	// Peaks is each node's footprint over the phase up to the restart.
+	Peaks []nodePeak `json:"peaks"`
+	// Restart is the follower restart.
+	Restart *restartReport `json:"restart,omitempty"`
+}
+
+// restartReport is one follower restart: SIGTERM, exit, start, /v1/ready.
+type restartReport struct {
+	Node string `json:"node"`
+	// StopMs runs from SIGTERM to the process's exit; ReadyMs from the new
+	// process's start to its first 200 on /v1/ready.
+	StopMs  float64 `json:"stopMs"`
+	ReadyMs float64 `json:"readyMs"`
+	// SnapshotsOnDisk is how many snapshots the node had retained when it
+	// stopped; LastIndex and LastSnapshotIndex its raft log's last index
+	// and its last snapshot's before the stop (what it had to restore and
+	// replay).
+	SnapshotsOnDisk   int    `json:"snapshotsOnDisk"`
+	LastIndex         uint64 `json:"lastIndex"`
+	LastSnapshotIndex uint64 `json:"lastSnapshotIndex"`
+	// RSSBytes is the restarted process's RSS once ready.
+	RSSBytes int64 `json:"rssBytes"`
+}
+
+// sample reads every node's pid, RSS and raft.db size.
+func (s *elanousSystem) sample() []nodeSample {
+	var out []nodeSample
+	for _, n := range s.nodes {
+		pid := n.p.pid()
+		m, _ := readProcMemory(pid)
+		if !n.p.alive() {
+			pid, m = 0, procMemory{}
+		}
+		out = append(out, nodeSample{Node: n.name, PID: pid, RSSBytes: m.RSSBytes,
+			DBBytes: fileSize(filepath.Join(n.dataDir, "raft", "raft.db"))})
+	}
+	return out
+}
+
+// heldLease is a port lease the scale phase holds.
+type heldLease struct {
+	port    int
+	leaseID string
+}
+
+// holdLeases acquires n port leases through the leader, each for a machine of
+// its own (a machine may hold at most a quarter of the band), with the longest
+// TTL, so they stay held without renewals. release gives them back.
+func (s *elanousSystem) holdLeases(ctx context.Context, n int) (release func(context.Context) error, err error) {
+	l, err := s.Leader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c := &elClient{url: s.nodes[l].url, token: s.token, http: newHTTPClient(), timeout: requestTimeout}
+	var held []heldLease
+	release = func(ctx context.Context) error {
+		defer c.http.CloseIdleConnections()
+		var errs []error
+		for _, h := range held {
+			err := c.do(ctx, http.MethodDelete, "/v1/leases/port/"+strconv.Itoa(h.port), nil,
+				http.Header{wire.HeaderPortLeaseID: {h.leaseID}}, http.StatusNoContent, nil)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("release port %d: %w", h.port, err))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	for i := range n {
+		body, err := json.Marshal(wire.AcquireRequest{Machine: fmt.Sprintf("scale-%d", i), Purpose: "bench-scale", TTLMs: wire.MaxLeaseTTLMs})
+		if err != nil {
+			return nil, err
+		}
+		var pl wire.PortLease
+		if err := c.do(ctx, http.MethodPost, "/v1/leases/port", body, nil, http.StatusCreated, &pl); err != nil {
+			_ = release(ctx)
+			return nil, fmt.Errorf("acquire lease %d of %d: %w", i+1, n, err)
+		}
+		held = append(held, heldLease{port: pl.Port, leaseID: pl.LeaseID})
+	}
+	return release, nil
+}
+
+// openHeartbeats runs an open loop of heartbeats at rate for d over clients
+// connections (client i on node i%3); request k heartbeats resource id(k).
+func (s *elanousSystem) openHeartbeats(ctx context.Context, rate float64, d time.Duration, clients int, id func(k int) string, label string, pr *printer) (*stats, error) {
+	cs := s.clients(clients, -1, requestTimeout)
+	defer closeIdle(cs)
+	var workers []openStep
+	for i, c := range cs {
+		// Warm-up: open every connection before the clock starts.
+		if err := retry(ctx, 3, func(ctx context.Context) error { return c.heartbeat(ctx, id(i)) }); err != nil {
+			return nil, fmt.Errorf("warm-up of client %d: %w", i, err)
+		}
+		workers = append(workers, func(ctx context.Context, k int) error { return c.heartbeat(ctx, id(k)) })
+	}
+	every := progressEvery(d)
+	var last time.Duration
+	st := runOpenLoop(ctx, workers, rate, d, func(elapsed time.Duration, ops, errs int64) {
+		if elapsed-last >= every {
+			last = elapsed
+			pr.logf("elanous: %s: %5.0fs %8d ok %6d errors (%s/s so far)", label, elapsed.Seconds(), ops, errs, thousands(float64(ops)/elapsed.Seconds()))
+		}
+	})
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	pr.logf("elanous: %s: %s", label, st.openSummary())
+	return st, nil
+}
+
+// progressEvery spaces the progress lines of a load of length d: every
+// second for a short one, every 10 s for a long one.
+func progressEvery(d time.Duration) time.Duration {
+	if d > 2*time.Minute {
+		return 10 * time.Second
+	}
+	if d > 20*time.Second {
+		return 5 * time.Second
+	}
+	return time.Second
+}
+
+// waitReady polls node i's /v1/ready every 10 ms until it answers 200 or
+// timeout passes.
+func (s *elanousSystem) waitReady(ctx context.Context, i int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := s.get(ctx, s.nodes[i].url+"/v1/ready")
+		if err == nil {
+			return nil
+		}
+		if !s.nodes[i].p.alive() {
+			return fmt.Errorf("%s exited", s.nodes[i].name)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready within %s: %w", s.nodes[i].name, timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// waitCaughtUp waits until every node has applied the leader's commit index
+// as it was when the wait began, so a measurement after a fill does not catch
+// the followers still applying it.
+func (s *elanousSystem) waitCaughtUp(ctx context.Context, timeout time.Duration) error {
+	l, err := s.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	st, err := s.clusterStatus(ctx, l)
+	if err != nil {
+		return err
+	}
+	target := st.CommitIndex
+	return poll(ctx, timeout, func(ctx context.Context) error {
+		for i, n := range s.nodes {
+			st, err := s.clusterStatus(ctx, i)
+			if err != nil {
+				return err
+			}
+			if st.AppliedIndex < target {
+				return fmt.Errorf("%s has applied %d of %d", n.name, st.AppliedIndex, target)
+			}
+		}
+		return nil
+	})
+}
+
+// restartFollower stops a follower with SIGTERM, starts it again on its data
+// dir and times it until /v1/ready answers 200.
+func (s *elanousSystem) restartFollower(ctx context.Context) (*restartReport, error) {
+	if err := s.WaitHealthy(ctx); err != nil {
+		return nil, err
+	}
+	l, err := s.Leader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	i := (l + 1) % len(s.nodes)
+	n := s.nodes[i]
+	rr := &restartReport{Node: n.name}
+	if st, err := s.clusterStatus(ctx, i); err == nil {
+		rr.LastIndex = st.LastIndex
+		rr.LastSnapshotIndex, _ = raftStat(st, "last_snapshot_index")
+	}
+	t0 := time.Now()
+	if err := n.p.terminate(30 * time.Second); err != nil {
+		return nil, err
+	}
+	rr.StopMs = ms(time.Since(t0))
+	rr.SnapshotsOnDisk = s.retainedSnapshots(i)
+	n.restarts++
+	t1 := time.Now()
+	if err := s.startNode(i); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx, i, 5*time.Minute); err != nil {
+		return nil, err
+	}
+	rr.ReadyMs = ms(time.Since(t1))
+	rr.RSSBytes = rssBytes(n.p.pid())
+	return rr, s.WaitHealthy(ctx)
+}
+
+// runScale is the scale phase, after a fill of o.fill resources that ended
+// at filledAt; empty is the heartbeat row measured before the fill.
+func runScale(ctx context.Context, s *elanousSystem, o options, empty *stats, filledAt time.Time, pr *printer) (*scaleReport, error) {
+	rep := &scaleReport{Resources: o.fill, Leases: o.leases, EmptyHeartbeat: empty}
+	t0 := time.Now()
+	if err := s.waitCaughtUp(ctx, 2*time.Minute); err != nil {
+		return nil, fmt.Errorf("after the fill: %w", err)
+	}
+	pr.logf("elanous: scale: every node applied the fill %.1fs after it ended", time.Since(t0).Seconds())
+	smp := startSampler(ctx, o.sampleEvery, s.sample)
+	stopped := false
+	defer func() {
+		if !stopped {
+			smp.stop()
+		}
+	}()
+
+	if o.leases > 0 {
+		pr.logf("elanous: scale: holding %d port leases, one machine each", o.leases)
+		release, err := s.holdLeases(ctx, o.leases)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err := release(context.WithoutCancel(ctx)); err != nil {
+				pr.logf("elanous: scale: %v", err)
+			}
+		}()
+	}
+	rep.AtRest = s.sample()
+	for _, n := range rep.AtRest {
+		pr.logf("elanous: scale: %s at rest with %d resources and %d leases: RSS %s, raft.db %s", n.Node, o.fill, o.leases, mib(n.RSSBytes), mib(n.DBBytes))
+	}
+
+	st, err := runRow(ctx, s, rowKeepalive, o.clients, o.duration, pr)
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat at %d resources: %w", o.fill, err)
+	}
+	rep.FilledHeartbeat = st
+	if empty != nil && empty.OpsPerSec > 0 {
+		rep.HeartbeatRatio = st.OpsPerSec / empty.OpsPerSec
+		pr.logf("elanous: scale: heartbeat at %d resources %s/s, on the empty state %s/s: %.2f×", o.fill, thousands(st.OpsPerSec), thousands(empty.OpsPerSec), rep.HeartbeatRatio)
+	}
+
+	pr.logf("elanous: scale: open loop of %s heartbeats/s for %s over the %d resources, %d connections", thousands(o.rate), o.rateDuration, o.fill, o.openClients)
+	rep.Open, err = s.openHeartbeats(ctx, o.rate, o.rateDuration, o.openClients, func(k int) string { return fillID(k % o.fill) }, "scale: open loop", pr)
+	if err != nil {
+		return nil, err
+	}
+
+	waitStart := time.Now()
+	err = poll(ctx, o.snapshotWait, func(ctx context.Context) error {
+		spans, err := s.snapshotsSince(filledAt)
+		if err != nil {
+			return err
+		}
+		var missing []string
+		for _, n := range s.nodes {
+			if !slices.ContainsFunc(spans, func(sp snapshotSpan) bool { return sp.Node == n.name }) {
+				missing = append(missing, n.name)
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("no snapshot since the fill on %v", missing)
+		}
+		return nil
+	})
+	rep.SnapshotWaitSeconds = time.Since(waitStart).Seconds()
+	if err != nil && ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		pr.logf("elanous: scale: %v (waited %s; --snapshot-wait)", err, time.Since(waitStart).Round(time.Second))
+	}
+	if rep.Snapshots, err = s.snapshotsSince(filledAt); err != nil {
+		return nil, err
+	}
+	for _, sp := range rep.Snapshots {
+		rep.SnapshotMaxMs = max(rep.SnapshotMaxMs, sp.DurationMs)
+		pr.logf("elanous: scale: %s snapshot up to index %d took %.0f ms", sp.Node, sp.Index, sp.DurationMs)
+	}
+	rep.LastSnapshotIndex = map[string]uint64{}
+	for i, n := range s.nodes {
+		if st, err := s.clusterStatus(ctx, i); err == nil {
+			rep.LastSnapshotIndex[n.name], _ = raftStat(st, "last_snapshot_index")
+		}
+	}
+
+	rep.Peaks = smp.stop()
+	stopped = true
+	for _, p := range rep.Peaks {
+		pr.logf("elanous: scale: %s highest RSS %s, raft.db up to %s", p.Node, mib(p.HighestRSS()), mib(p.MaxDBBytes))
+	}
+
+	if rep.Restart, err = s.restartFollower(ctx); err != nil {
+		return nil, fmt.Errorf("restart a follower: %w", err)
+	}
+	pr.logf("elanous: scale: %s stopped %.0f ms after SIGTERM, served /v1/ready %.0f ms after its start (RSS then %s)",
+		rep.Restart.Node, rep.Restart.StopMs, rep.Restart.ReadyMs, mib(rep.Restart.RSSBytes))
+	return rep, nil
+}
