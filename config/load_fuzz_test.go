@@ -2,12 +2,14 @@ package config
 
 import (
 	"encoding/json"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/fsm"
@@ -44,7 +46,8 @@ tls: { allow_plaintext: false, verify_incoming_api: false }
 //   - hashicorp/raft accepts the Raft configuration the node would build and
 //     bootstraps a cluster of the candidates (in memory);
 //   - the replicated candidate directory takes every candidate, and the
-//     state machine takes a port lease drawn from ports.test.
+//     state machine takes a port lease drawn from ports.test;
+//   - the abuse limits are numbers the API's limiters understand.
 func FuzzLoad(f *testing.F) {
 	f.Add([]byte(loopbackYAML), "")
 	for _, name := range []string{"node-a.yaml", "examples/node-b.yaml"} {
@@ -63,6 +66,8 @@ func FuzzLoad(f *testing.F) {
 		"ELANOUS_TLS_ALLOW_PLAINTEXT=true\nELANOUS_HTTP_ADDR=0.0.0.0:31413\nELANOUS_RAFT_ADDR=[::]:31412",
 		"ELANOUS_TLS_CA_FILE=/ca.pem\nELANOUS_TLS_CERT_FILE=/c.pem\nELANOUS_TLS_KEY_FILE=/k.pem\nELANOUS_TLS_VERIFY_INCOMING_API=1",
 		"ELANOUS_CLUSTER_BOOTSTRAP=maybe\nELANOUS_HTTP_METRICS_AUTH=yes\nELANOUS_UNKNOWN=1\nPATH=/bin",
+		"ELANOUS_LIMITS_WRITE_RATE=0\nELANOUS_LIMITS_WRITE_BURST=0\nELANOUS_LIMITS_CONNECTIONS_PER_ADDRESS=99999",
+		"ELANOUS_LIMITS_WRITE_RATE=+Inf\nELANOUS_LIMITS_ANONYMOUS_WAIT=5m",
 	}
 	for _, env := range envs {
 		f.Add([]byte(loopbackYAML), env)
@@ -71,7 +76,8 @@ func FuzzLoad(f *testing.F) {
 		"", "node: node-a", "node: { id: [a, b] }", "cluster: { candidates: {} }", "ports: { reserved: 31413 }",
 		"raft: { heartbeat_timeout: 1 }", "raft: { snapshot_threshold: 1e30 }", "raft: { max_append_entries: 9223372036854775808 }",
 		"a: &x { b: *x }", "node: { <<: { id: node-b } }", "? [a, b]\n: c", "1: 2", "node: { id: !!binary bm9kZS1h }",
-		"cluster:\n  candidates:\n    - [node-a, http://127.0.0.1:1, 127.0.0.1:2]", "---\n---", "{", "\t", "node:\n  id: node-a\n  id: node-b",
+		"cluster:\n  candidates:\n    - [node-a, http://127.0.0.1:1, 127.0.0.1:2]",
+		"limits: { write_rate: 0.5, write_burst: 1, anonymous_wait: 1s }", "limits: { write_rate: .inf }", "log: { audit_file: /dev/stderr }", "---\n---", "{", "\t", "node:\n  id: node-a\n  id: node-b",
 	} {
 		f.Add([]byte(y), "")
 	}
@@ -172,6 +178,14 @@ func assertServable(t *testing.T, c Config) {
 		BandStart: c.Ports.Test.Start, BandEnd: c.Ports.Test.End}
 	if err := acquire.Validate(); err != nil {
 		t.Fatalf("the state machine refuses a lease from ports.test %+v, which Validate accepted: %v", c.Ports.Test, err)
+	}
+
+	// The abuse limits are numbers the API's limiters understand: a write
+	// rate of 0 (off) or above, bursts of at least one write.
+	if l := c.Limits; math.IsNaN(l.WriteRate) || l.WriteRate < 0 || l.WriteRate > 0 && l.WriteBurst < 1 ||
+		l.Connections < 1 || l.ConnectionsPerAddress < 1 || l.BlockingQueries < 1 || l.BlockingQueriesPerAddress < 1 ||
+		l.ForwardConnections < 1 || l.AnonymousWait < time.Second {
+		t.Fatalf("Validate() accepted the limits %+v", l)
 	}
 
 	// Raft: the configuration the node builds (see cluster.New) validates,
