@@ -141,7 +141,7 @@ func FuzzReadTokenFile(f *testing.F) {
 // that exists; a refusal names the file and repeats no token (see
 // assertNoToken); an accepted file has an origin in normal form, a valid
 // machine and token set, and WriteJoinFile then ReadJoinFile gives the same
-// Join back (a scoped join without any token reads, as primary.ts reads it,
+// Join back, learned candidates included (a scoped join without any token reads, as primary.ts reads it,
 // but is never written).
 func FuzzReadJoinFile(f *testing.F) {
 	ca, err := certs.NewCA(time.Unix(1_700_000_000, 0), 0)
@@ -154,6 +154,10 @@ func FuzzReadJoinFile(f *testing.F) {
 		`{"url":"HTTP://Node-A.example:80/path?q#f","tokens":{"query":"` + fuzzTokenC + `"}}`,
 		`{"url":"https://[::1]:31413","machine":"mbp","token":"` + fuzzTokenA + `","ca":` + string(caJSON) + `}`,
 		`{"url":"http://10.0.0.1:31413","machine":"mbp","token":"` + fuzzTokenA + `","tokens":{"admin":"` + fuzzTokenB + `"}}`,
+		`{"url":"http://10.0.0.1:31413","tokens":{"member":"` + fuzzTokenB + `"},"candidates":[{"machine":"node-a","url":"HTTP://10.0.0.1:31413/"},{"machine":"node-b","url":"https://[::1]:1"}]}`,
+		`{"url":"http://10.0.0.1:31413","machine":"mbp","token":"` + fuzzTokenA + `","candidates":[{"machine":"node-a","url":"http://a:1"},{"machine":"node-a","url":"http://b:1"}]}`,
+		`{"url":"http://10.0.0.1:31413","tokens":{"member":"` + fuzzTokenB + `"},"candidates":[]}`,
+		`{"url":"http://10.0.0.1:31413","tokens":{"member":"` + fuzzTokenB + `"},"candidates":{"machine":"node-a"}}`,
 		`{"url":"http://10.0.0.1:31413","machine":"__proto__","token":"` + fuzzTokenA + `"}`,
 		`{"url":"http://10.0.0.1:31413","token":"` + fuzzTokenA + `"}`,
 		`{"url":"http://10.0.0.1:31413","tokens":{}}`,
@@ -206,7 +210,8 @@ func FuzzReadJoinFile(f *testing.F) {
 			written, _ := os.ReadFile(JoinPath(root2))
 			t.Fatalf("ReadJoinFile(written back) error = %v\n%s", err, written)
 		}
-		if j2 == nil || j.URL != j2.URL || j.Machine != j2.Machine || !reflect.DeepEqual(j.Tokens, j2.Tokens) || !bytes.Equal(j.CA, j2.CA) {
+		sameCandidates := len(j.Candidates) == 0 && len(j2.Candidates) == 0 || reflect.DeepEqual(j.Candidates, j2.Candidates)
+		if j2 == nil || j.URL != j2.URL || j.Machine != j2.Machine || !reflect.DeepEqual(j.Tokens, j2.Tokens) || !bytes.Equal(j.CA, j2.CA) || !sameCandidates {
 			t.Fatalf("ReadJoinFile() = %+v, then %+v once written back", j, j2)
 		}
 	})
