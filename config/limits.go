@@ -1,6 +1,7 @@
 package config
 
 import (
+	"math"
 	"time"
 
 	"github.com/spf13/viper"
@@ -86,6 +87,9 @@ func (c Config) validateLimits(p *problems) {
 	l := c.Limits
 	if l.WriteRate < 0 {
 		p.add("limits.write_rate", "must not be negative (got %g); 0 turns the rate limits off", l.WriteRate)
+	}
+	if math.IsNaN(l.WriteRate) { // a limiter at NaN lets every write through
+		p.add("limits.write_rate", "must be a number (got NaN); 0 turns the rate limits off")
 	}
 	if l.WriteRate > 0 && l.WriteBurst < 1 {
 		p.add("limits.write_burst", "must be at least 1 (got %d)", l.WriteBurst)

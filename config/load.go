@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"slices"
@@ -295,7 +296,8 @@ func parseCandidates(raw string) ([]Candidate, error) {
 	if err := dec.Decode(&cands); err != nil {
 		return nil, fmt.Errorf(`want a JSON array of {"machine","url","raft"} objects: %w`, err)
 	}
-	if dec.More() {
+	// Only the end may follow (dec.More would let a stray '}' or ']' through).
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, errors.New("trailing data after the JSON array")
 	}
 	return cands, nil

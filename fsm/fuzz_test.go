@@ -11,7 +11,10 @@ import (
 // canonical encoding is stable, and that Apply behaves as the log format
 // promises: known types never panic (a malformed body is an ErrInvalidCommand
 // no-op), skippable types are no-ops, anything else panics. After a
-// successful Apply the state survives a snapshot round trip.
+// successful Apply the state survives a snapshot round trip. Each entry is
+// applied at both format levels: to the baseline at format 1 and to the
+// baseline raised to format 2 (quotas, machine ids, token hashes in
+// commands, the candidate directory and limits).
 func FuzzDecode(f *testing.F) {
 	for _, cmd := range sampleCommands() {
 		data, err := Encode(cmd)
@@ -28,6 +31,40 @@ func FuzzDecode(f *testing.F) {
 		"\x01{\"id\":\"x\",\"kind\":\"machine\",\"name\":\"n\",\"machine\":\"m\",\"ttlMs\":1,\"attrs\":{\"a\":[1, 2, {\"b\": \"<\"}]}}",
 	} {
 		f.Add([]byte(seed))
+	}
+	// Format 2: commands under the baseline's machine token ("base", whose
+	// token hash is tokenSumThree), under a stale hash, and the directory
+	// and limits commands at their edges.
+	base := tokenCaller(memberCaller.Owner, "base", tokenSumThree)
+	stale := tokenCaller(memberCaller.Owner, "base", tokenSumOne)
+	inst := registerCmd(t0+1, base, "instance:base/1", "base")
+	inst.Kind = "instance"
+	acq := acquireCmd(t0+1, base, "lease-2")
+	acq.IdempotencyKey = "idem-base"
+	for _, cmd := range []Command{
+		registerCmd(t0+1, base, "machine:base", "base"),
+		registerCmd(t0+1, base, "machine:other", "base"),
+		registerCmd(t0+1, stale, "machine:base", "base"),
+		inst,
+		acq,
+		HeartbeatResource{Header: Header{Now: t0 + 1}, Caller: base, ID: "machine:base", Attrs: attrs(`{"load":1}`)},
+		DeleteResource{Header: Header{Now: t0 + 1}, Caller: stale, ID: "machine:base"},
+		RenewLease{Header: Header{Now: t0 + 1}, Caller: base, Port: bandLow, LeaseID: "lease-base"},
+		ReleaseLease{Header: Header{Now: t0 + 1}, Caller: adminCaller, Port: bandLow, LeaseID: "lease-base"},
+		SetLimits{Header: Header{Now: t0 + 1}, Limits: Limits{ResourcesPerMachine: 1, LeasesPerMachine: 1, Resources: 1, IdempotencyKeys: 1}},
+		SetLimits{Header: Header{Now: t0 + 1}, Limits: Limits{Resources: -1}},
+		PutCandidate{Header: Header{Now: t0 + 1}, Candidate: Candidate{Machine: "node-d", URL: "http://[::1]:31413", Raft: "[::1]:31412", Voter: true}},
+		PutCandidate{Header: Header{Now: t0 + 1}, Candidate: Candidate{Machine: "node-d", URL: "HTTP://Host:80/", Raft: "host:0"}},
+		RemoveCandidate{Header: Header{Now: t0 + 1}, Machine: "node-a"},
+		SetFormat{Header: Header{Now: t0 + 1}, Level: MaxFormat + 1},
+		mustBatch(t0+1, registerCmd(t0+1, base, "machine:base", "base"), acq, RevokeToken{Header: Header{Now: t0 + 1}, Machine: "base"},
+			HeartbeatResource{Header: Header{Now: t0 + 1}, Caller: base, ID: "machine:base"}),
+	} {
+		data, err := Encode(cmd)
+		if err != nil {
+			f.Fatalf("Encode(%T) error = %v", cmd, err)
+		}
+		f.Add(data)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cmd, ok, err := Decode(data)
@@ -53,66 +90,84 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("Encode is not stable: %q then %q (%v)", once, twice, err)
 			}
 		}
-
-		h := newHarness(t)
-		h.baseline()
-		before := capture(h.f)
-		entry := h.rawEntry(data)
-		var res interface{}
-		panicked := func() (p any) {
-			defer func() { p = recover() }()
-			res = h.f.Apply(entry)
-			return nil
-		}()
-		skippable := len(data) > 0 && CommandType(data[0])&SkipBit != 0
-		switch {
-		case !ok && !skippable:
-			if panicked == nil {
-				t.Fatalf("Apply() = %v for unknown type, want a panic", res)
-			}
-			want := fmt.Sprintf("fsm: unknown command type %d at index %d", -1, entry.Index)
-			if len(data) > 0 {
-				want = fmt.Sprintf("fsm: unknown command type %d at index %d", data[0], entry.Index)
-			}
-			if msg, _ := panicked.(string); len(msg) < len(want) || msg[:len(want)] != want {
-				t.Fatalf("Apply() panicked with %v, want it to start %q", panicked, want)
-			}
-			return
-		case panicked != nil:
-			t.Fatalf("Apply() panicked with %v on %q", panicked, data)
-		case !ok:
-			if res != nil {
-				t.Fatalf("Apply() = %v on a skippable entry, want nil", res)
-			}
-			assertUnchanged(t, h.f, before, 0)
-			return
-		case err != nil:
-			if got, _ := res.(error); !errors.Is(got, ErrInvalidCommand) {
-				t.Fatalf("Apply() = %v on a malformed body, want %v", res, ErrInvalidCommand)
-			}
-			assertUnchanged(t, h.f, before, 0)
-			return
-		}
-		if _, refused := res.(error); refused {
-			now := cmd.header().Now
-			if _, claim := cmd.(ClaimPrimary); claim {
-				now = before.lastNow // a refused claim leaves the time alone
-			}
-			assertUnchanged(t, h.f, before, now)
-		}
-		// Whatever happened, a second replica and a restored one agree.
-		other := newHarness(t)
-		other.baseline()
-		other.f.Apply(entry)
-		if a, b := h.f.Hash(), other.f.Hash(); a != b {
-			t.Fatalf("Hash() = %s and %s on two replicas", a, b)
-		}
-		restored := New()
-		if err := restore(t, restored, persist(t, h.f)); err != nil {
-			t.Fatalf("Restore() error = %v", err)
-		}
-		if a, b := h.f.Hash(), restored.Hash(); a != b {
-			t.Fatalf("Hash() = %s, %s after a snapshot round trip", a, b)
+		for format := 1; format <= MaxFormat; format++ {
+			checkApply(t, data, cmd, ok, err, format)
 		}
 	})
+}
+
+// baselineAt gives h the baseline and raises it to format (1 or 2).
+func baselineAt(h *harness, format int) {
+	h.baseline()
+	if format > 1 {
+		h.mustApply(SetFormat{Header: Header{Now: t0}, Level: format})
+	}
+}
+
+// checkApply applies data, which Decode returned cmd, ok and err for, to the
+// baseline at format level format, and checks the outcome the log format
+// promises (see FuzzDecode).
+func checkApply(t *testing.T, data []byte, cmd Command, ok bool, err error, format int) {
+	t.Helper()
+	h := newHarness(t)
+	baselineAt(h, format)
+	before := capture(h.f)
+	entry := h.rawEntry(data)
+	var res interface{}
+	panicked := func() (p any) {
+		defer func() { p = recover() }()
+		res = h.f.Apply(entry)
+		return nil
+	}()
+	skippable := len(data) > 0 && CommandType(data[0])&SkipBit != 0
+	switch {
+	case !ok && !skippable:
+		if panicked == nil {
+			t.Fatalf("Apply() = %v for unknown type, want a panic", res)
+		}
+		want := fmt.Sprintf("fsm: unknown command type %d at index %d", -1, entry.Index)
+		if len(data) > 0 {
+			want = fmt.Sprintf("fsm: unknown command type %d at index %d", data[0], entry.Index)
+		}
+		if msg, _ := panicked.(string); len(msg) < len(want) || msg[:len(want)] != want {
+			t.Fatalf("Apply() panicked with %v, want it to start %q", panicked, want)
+		}
+		return
+	case panicked != nil:
+		t.Fatalf("Apply() panicked with %v on %q", panicked, data)
+	case !ok:
+		if res != nil {
+			t.Fatalf("Apply() = %v on a skippable entry, want nil", res)
+		}
+		assertUnchanged(t, h.f, before, 0)
+		return
+	case err != nil:
+		if got, _ := res.(error); !errors.Is(got, ErrInvalidCommand) {
+			t.Fatalf("Apply() = %v on a malformed body, want %v", res, ErrInvalidCommand)
+		}
+		assertUnchanged(t, h.f, before, 0)
+		return
+	}
+	checkIndexes(t, h.f, fmt.Sprintf("after Apply at format %d", format))
+	if _, refused := res.(error); refused {
+		now := cmd.header().Now
+		if _, claim := cmd.(ClaimPrimary); claim {
+			now = before.lastNow // a refused claim leaves the time alone
+		}
+		assertUnchanged(t, h.f, before, now)
+	}
+	// Whatever happened, a second replica and a restored one agree.
+	other := newHarness(t)
+	baselineAt(other, format)
+	other.f.Apply(entry)
+	if a, b := h.f.Hash(), other.f.Hash(); a != b {
+		t.Fatalf("Hash() = %s and %s on two replicas", a, b)
+	}
+	restored := New()
+	if err := restore(t, restored, persist(t, h.f)); err != nil {
+		t.Fatalf("Restore() error = %v", err)
+	}
+	if a, b := h.f.Hash(), restored.Hash(); a != b {
+		t.Fatalf("Hash() = %s, %s after a snapshot round trip", a, b)
+	}
 }

@@ -213,6 +213,9 @@ func (doc document) state() (*state, error) {
 		st.resources.ReplaceOrInsert(r)
 	}
 	for _, l := range doc.Leases {
+		if l.Port < 1 || l.Port > 65535 {
+			return nil, fmt.Errorf("lease on port %d: a port is 1-65535", l.Port)
+		}
 		p := l.PortLease
 		p.IdempotencyKey = l.IdempotencyKey
 		st.leases[p.Port] = p
@@ -220,8 +223,25 @@ func (doc document) state() (*state, error) {
 	for _, t := range doc.Tokens {
 		st.tokens[t.Machine] = t
 	}
+	// One hash, one machine (IssueToken refuses a hash another machine
+	// holds): otherwise which machine a token names would depend on map order.
+	owner := make(map[string]string, len(st.tokens))
+	for _, t := range st.tokens {
+		if other, dup := owner[t.SHA256]; dup {
+			return nil, fmt.Errorf("machines %q and %q hold the same token hash", min(other, t.Machine), max(other, t.Machine))
+		}
+		owner[t.SHA256] = t.Machine
+	}
 	for _, rec := range doc.Idempotency {
 		st.idem[rec.Key] = rec
+	}
+	// A version 1 document has neither (Persist at level 1 would drop them);
+	// limits are never negative (SetLimits refuses them).
+	if doc.Version < 2 && (len(doc.Candidates) > 0 || doc.Limits != (Limits{})) {
+		return nil, fmt.Errorf("snapshot version %d holds candidates or limits, which came with version 2", doc.Version)
+	}
+	if l := doc.Limits; l.ResourcesPerMachine < 0 || l.LeasesPerMachine < 0 || l.Resources < 0 || l.IdempotencyKeys < 0 {
+		return nil, fmt.Errorf("limits must not be negative: %+v", l)
 	}
 	for _, c := range doc.Candidates {
 		st.candidates[c.Machine] = c
@@ -229,7 +249,7 @@ func (doc document) state() (*state, error) {
 	st.limits = doc.Limits
 	st.primary = doc.Primary
 	st.lastNow = doc.LastNow
-	copy(st.indexes[:], doc.Indexes)
+	copy(st.indexes[:tablesAt(doc.Version)], doc.Indexes)
 	st.rebuildIndexes()
 	return st, nil
 }

@@ -41,7 +41,7 @@ type trackedReader struct {
 func (r *trackedReader) Close() error { r.closed = true; return nil }
 
 // persist snapshots f into a buffer as raft would.
-func persist(t *testing.T, f *FSM) []byte {
+func persist(t testing.TB, f *FSM) []byte {
 	t.Helper()
 	snap, err := f.Snapshot()
 	if err != nil {
@@ -69,7 +69,7 @@ func restore(t *testing.T, f *FSM, data []byte) error {
 }
 
 // rich builds a state with something in every table and field.
-func rich(t *testing.T) *harness {
+func rich(t testing.TB) *harness {
 	h := newHarness(t)
 	h.baseline()
 	for _, cmd := range sampleCommands()[:2] { // register and heartbeat an instance

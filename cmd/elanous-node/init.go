@@ -219,7 +219,8 @@ func decodeTokens(r io.Reader, path string) (wire.TokensFile, error) {
 	if err := dec.Decode(&t); err != nil {
 		return wire.TokensFile{}, fmt.Errorf("decode tokens file %s: %w", path, err)
 	}
-	if dec.More() {
+	// Only the end of the file may follow (dec.More would let a stray '}' or ']' through).
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return wire.TokensFile{}, fmt.Errorf("decode tokens file %s: trailing data after the JSON object", path)
 	}
 	if err := checkTokens(t); err != nil {
