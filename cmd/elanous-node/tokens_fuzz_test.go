@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"github.com/elanous/elanous-node/api/wire"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,7 +46,7 @@ func FuzzReadTokensFile(f *testing.F) {
 			_ = json.Unmarshal(data, &values)
 			for _, raw := range values {
 				var tok string
-				if json.Unmarshal(raw, &tok) == nil && wellFormedToken(tok) && strings.Contains(msg, tok) {
+				if json.Unmarshal(raw, &tok) == nil && wire.ValidToken(tok) && strings.Contains(msg, tok) {
 					t.Fatalf("readTokensFile() error = %q repeats a token of the file", msg)
 				}
 			}
