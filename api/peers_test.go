@@ -76,7 +76,9 @@ func TestPeers_List(t *testing.T) {
 	waitPeers(t, c, "node-a", "node-b", "node-c")
 	leader := c.Leader()
 	follower := c.Follower()
-	machine := issueToken(t, c, c.Nodes[leader].URL, "mbp")
+	// Issued through the follower the reads go to: it answers once it has
+	// applied the token (read-your-writes), so it knows the token at once.
+	machine := issueToken(t, c, c.Nodes[follower].URL, "mbp")
 
 	// Query, member, admin and machine tokens may read it; no token may not.
 	for _, tok := range []string{c.Tokens.Query, c.Tokens.Member, c.Tokens.Admin, machine.Token} {

@@ -331,7 +331,7 @@ func (a *applier) acquire(c AcquireLease) any {
 	if c.IdempotencyKey != "" {
 		if rec, ok := a.st.idem[idemKey(c.Caller.Owner, c.IdempotencyKey)]; ok && a.now < rec.Until {
 			if l, ok := a.st.leases[rec.Port]; ok && a.live(l.ExpiresAt) && l.LeaseID == rec.LeaseID {
-				return l
+				return a.replayed(l)
 			}
 			return fmt.Errorf("%w: lease %s on port %d", ErrIdempotencyKeyUsed, rec.LeaseID, rec.Port)
 		}
@@ -342,7 +342,7 @@ func (a *applier) acquire(c AcquireLease) any {
 		// lease: the lowest such port of the band.
 		for _, port := range a.st.leaseByKey[idemKey(c.Caller.Owner, c.IdempotencyKey)] {
 			if l := a.st.leases[port]; port >= c.BandStart && port <= c.BandEnd && a.live(l.ExpiresAt) {
-				return l
+				return a.replayed(l)
 			}
 		}
 	}
@@ -378,6 +378,25 @@ func (a *applier) acquire(c AcquireLease) any {
 			}
 		}
 	}
+	a.touched[TableLeases] = true
+	return l
+}
+
+// replayed is the answer to an acquire that its Idempotency-Key matched to
+// the live lease l. From format 2 on the replay renews l, as a heartbeat
+// would: the retry's caller counts its TTL from the retry, and it may have
+// been sent long after the grant (the first attempt timed out), so answering
+// l as it was would let the lease expire up to a TTL before the holder
+// expects (the fault suite's disk-full scenario found it: a retry through a
+// slow follower answered a lease that ran out 0.7 s before the holder's
+// TTL). At format 1 the replay changes nothing, as the first release did.
+func (a *applier) replayed(l PortLease) PortLease {
+	if a.st.format < 2 {
+		return l
+	}
+	l.RenewedAt = a.now
+	l.ExpiresAt = a.now + l.TTLMs
+	a.st.putLease(l)
 	a.touched[TableLeases] = true
 	return l
 }

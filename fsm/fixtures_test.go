@@ -125,6 +125,9 @@ func fixtureLog(t *testing.T) []fixtureEntry {
 	idemB := acquireCmd(t0-3_564_000, memberCaller, "0a1b2c3d-0000-4000-8000-000000000006")
 	idemB.Machine, idemB.IdempotencyKey = "other-machine", "idem-b" // past the bound of 1 key: the oldest goes
 	add(idemB)
+	retryB := idemB // its retry a second later: the lease back, renewed from the retry
+	retryB.Now, retryB.LeaseID = t0-3_563_000, "0a1b2c3d-0000-4000-8000-000000000007"
+	add(retryB)
 	batch := mustBatch(t0-3_560_000,
 		registerCmd(t0-3_560_010, memberCaller, "machine:batched", "batched"),
 		HeartbeatResource{Header: Header{Now: t0 - 3_560_005}, Caller: mbpCaller, ID: "instance:mbp/1"},

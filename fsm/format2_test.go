@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -265,4 +266,48 @@ func TestFSM_Format2Replay(t *testing.T) {
 	}
 	checkIndexes(t, restored, "restored")
 	checkIndexes(t, h.f, "replayed")
+}
+
+// An acquire retried under its Idempotency-Key after a while gets its lease
+// back renewed from the retry's time (format 2): the retry's caller counts
+// the TTL from its own call. At format 1 the replay changes nothing, as the
+// first release did (TestFSM_ApplyAcquire's replay case).
+func TestFSM_Format2IdempotentReplayRenews(t *testing.T) {
+	for _, retention := range []bool{false, true} {
+		name := "while the key is remembered"
+		if retention {
+			name = "after the key's retention, found by the lease's own key"
+		}
+		t.Run(name, func(t *testing.T) {
+			h := format2(t)
+			first := acquireCmd(t0, memberCaller, "lease-first")
+			first.TTLMs, first.IdempotencyKey = 2*IdempotencyRetentionMs, "idem-retry"
+			granted := h.mustApply(first).(PortLease)
+			at := t0 + 1500
+			if retention {
+				at = t0 + IdempotencyRetentionMs + 1
+				h.mustApply(Sweep{Header: Header{Now: at}}) // forgets the key, not the lease
+			}
+			retry := first
+			retry.Now, retry.LeaseID = at, "lease-retry" // the API draws a new id for every attempt
+			got, ok := h.apply(retry).(PortLease)
+			if !ok {
+				t.Fatalf("Apply(retry) = %v, want the lease", h.apply(retry))
+			}
+			if got.LeaseID != granted.LeaseID || got.Port != granted.Port || got.Fence != granted.Fence || got.GrantedAt != granted.GrantedAt {
+				t.Errorf("retry = %+v, want the first grant %+v", got, granted)
+			}
+			if got.RenewedAt != at || got.ExpiresAt != at+first.TTLMs {
+				t.Errorf("retry renewed %d, expires %d; want %d, %d (its TTL from the retry)", got.RenewedAt, got.ExpiresAt, at, at+first.TTLMs)
+			}
+			if stored := h.f.st.leases[got.Port]; stored.ExpiresAt != got.ExpiresAt {
+				t.Errorf("stored lease expires %d, want %d", stored.ExpiresAt, got.ExpiresAt)
+			}
+			// Its old expiry no longer sweeps it.
+			res := h.mustApply(Sweep{Header: Header{Now: granted.ExpiresAt}}).(SweepResult)
+			if slices.Contains(res.Leases, got.Port) {
+				t.Errorf("Sweep at the first grant's expiry removed %v, want port %d kept", res.Leases, got.Port)
+			}
+		})
+	}
 }
