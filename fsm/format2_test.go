@@ -3,7 +3,9 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -191,71 +193,189 @@ func TestFSM_CandidateDirectory(t *testing.T) {
 
 // Every quota, the id rule and the token check apply identically from a
 // replayed log and after a snapshot restore: the same refusals, the same state.
+// The log is written so that each quota bites (resources per machine,
+// resources in the cluster, leases per machine, the bound on remembered
+// Idempotency-Keys) and then, once a Sweep has freed places, admits again;
+// every entry's outcome is asserted, so a quota that stops biting, or one that
+// bites the wrong entry, fails here rather than passing a count.
 func TestFSM_Format2Replay(t *testing.T) {
-	h := format2(t)
-	h.mustApply(SetLimits{Header: Header{Now: t0}, Limits: Limits{ResourcesPerMachine: 3, Resources: 20, LeasesPerMachine: 2, IdempotencyKeys: 3}})
-	h.mustApply(IssueToken{Header: Header{Now: t0}, Machine: "mbp", SHA256: tokenSumOne})
-	var results []string
-	kinds := map[error]int{}
-	record := func(res any) {
-		if err, ok := res.(error); ok {
-			results = append(results, err.Error())
-			for _, k := range []error{ErrQuotaExceeded, ErrTokenRevoked, ErrInvalidCommand} {
-				if errors.Is(err, k) {
-					kinds[k]++
+	limits := Limits{ResourcesPerMachine: 3, Resources: 8, LeasesPerMachine: 2, IdempotencyKeys: 3}
+	setup := func() *harness {
+		h := format2(t) // the baseline holds machine:base, mbp's lease on 31450 and the key idem-base
+		h.mustApply(SetLimits{Header: Header{Now: t0}, Limits: limits})
+		h.mustApply(IssueToken{Header: Header{Now: t0}, Machine: "mbp", SHA256: tokenSumOne})
+		return h
+	}
+	at := func(s int64) int64 { return t0 + s*1000 }
+	instance := func(s int64, machine string, n int) RegisterResource {
+		r := registerCmd(at(s), memberCaller, fmt.Sprintf("instance:%s/%d", machine, n), machine)
+		r.Kind, r.TTLMs = "instance", 5000
+		return r
+	}
+	machine := func(s int64, name string) RegisterResource {
+		return registerCmd(at(s), memberCaller, "machine:"+name, name)
+	}
+	acquire := func(s int64, machine, leaseID, key string, ttlMs int64) AcquireLease {
+		a := acquireCmd(at(s), Caller{Owner: "o-" + machine}, leaseID)
+		a.Machine, a.IdempotencyKey, a.TTLMs = machine, key, ttlMs
+		return a
+	}
+	mbp := tokenCaller("d000000000000000", "mbp", tokenSumOne)
+
+	// What an entry must do: apply (""), be refused by the named quota, or be
+	// refused for another named reason. A granted acquire must be a grant of
+	// its own lease id, not the replay of an earlier one.
+	const (
+		perMachine = "resourcesPerMachine"
+		inCluster  = "resources"
+		leases     = "leasesPerMachine"
+		keyUsed    = "idempotency key used"
+		revoked    = "token revoked"
+		machineID  = "machine id rule"
+	)
+	steps := []struct {
+		cmd  Command
+		want string
+	}{
+		// The token check. The cluster then holds machine:base and machine:mbp.
+		{registerCmd(at(1), mbp, "machine:mbp", "mbp"), ""},
+		{RevokeToken{Header: Header{Now: at(1)}, Machine: "mbp"}, ""},
+		{registerCmd(at(1), mbp, "machine:mbp", "mbp"), revoked},
+		// Resources per machine: m0's fourth is refused; re-registering
+		// one it holds adds nothing. The cluster holds 5.
+		{instance(1, "m0", 1), ""},
+		{instance(1, "m0", 2), ""},
+		{instance(1, "m0", 3), ""},
+		{instance(1, "m0", 4), perMachine},
+		{instance(1, "m0", 1), ""},
+		// Resources in the cluster: m4 has none, the cluster has 8.
+		{machine(2, "m1"), ""},
+		{machine(2, "m2"), ""},
+		{machine(2, "m3"), ""},
+		{machine(2, "m4"), inCluster},
+		// The machine id rule.
+		{registerCmd(at(2), memberCaller, "machine:m1", "x-m1"), machineID},
+		// Leases per machine: mbp holds the baseline's; m0 gets two.
+		{acquire(3, "m0", "lease-a", "", 5000), ""},
+		{acquire(3, "m0", "lease-b", "", 5000), ""},
+		{acquire(3, "m0", "lease-c", "", 5000), leases},
+		// The Idempotency-Key bound. m1's key outlives its lease: while
+		// remembered, a retry is refused. Two more keys push it out (idem-base
+		// first, the earliest to end), long before its retention, so the
+		// same retry is then granted anew.
+		{acquire(4, "m1", "lease-k", "k-old", 1000), ""},
+		{Sweep{Header: Header{Now: at(6)}}, ""}, // m0's instances and lease-k are due
+		{acquire(6, "m1", "lease-k-retry", "k-old", 1000), keyUsed},
+		{acquire(7, "m2", "lease-k2", "k2", ttl), ""},
+		{acquire(7, "m3", "lease-k3", "k3", ttl), ""},
+		{acquire(8, "m4", "lease-k4", "k4", ttl), ""},
+		{acquire(8, "m1", "lease-k-again", "k-old", ttl), ""},
+		// A Sweep frees places: every quota admits again.
+		{Sweep{Header: Header{Now: at(9)}}, ""}, // m0's leases are due
+		{instance(9, "m0", 4), ""},
+		{machine(9, "m4"), ""},
+		{acquire(9, "m0", "lease-c", "", 5000), ""},
+	}
+	outcome := func(res any) string {
+		err, ok := res.(error)
+		switch {
+		case !ok:
+			return ""
+		case errors.Is(err, ErrQuotaExceeded):
+			for _, q := range []string{perMachine, inCluster, leases} {
+				if strings.Contains(err.Error(), "(limit "+q+" ") {
+					return q
 				}
 			}
-		} else {
-			results = append(results, fmt.Sprintf("%T", res))
+		case errors.Is(err, ErrIdempotencyKeyUsed):
+			return keyUsed
+		case errors.Is(err, ErrTokenRevoked):
+			return revoked
+		case errors.Is(err, ErrInvalidCommand):
+			return machineID
 		}
+		return err.Error()
 	}
-	var log []Command
-	mbp := tokenCaller("d000000000000000", "mbp", tokenSumOne)
-	for i := range 30 {
-		now := t0 + int64(i)*100
-		m := fmt.Sprintf("m%d", i%4)
-		reg := registerCmd(now, memberCaller, fmt.Sprintf("instance:%s/%d", m, i), m)
-		reg.Kind = "instance"
-		acq := acquireCmd(now, Caller{Owner: "o-" + m}, fmt.Sprintf("lease-%d", i))
-		acq.Machine, acq.IdempotencyKey = m, fmt.Sprintf("k%d", i%5)
-		log = append(log, reg, acq, registerCmd(now, mbp, "machine:mbp", "mbp"), registerCmd(now, memberCaller, "machine:"+m, "x"+m))
-		if i == 15 {
-			log = append(log, RevokeToken{Header: Header{Now: now}, Machine: "mbp"})
+	// rendered is what the replicas must agree on: the whole result.
+	rendered := func(res any) string {
+		if err, ok := res.(error); ok {
+			return err.Error()
 		}
-		if i%7 == 0 {
-			log = append(log, Sweep{Header: Header{Now: now + ttl}})
-		}
+		return fmt.Sprintf("%T %s", res, jsonOf(res))
 	}
+	remembered := func(f *FSM) []string {
+		f.mu.RLock()
+		defer f.mu.RUnlock()
+		return slices.Sorted(maps.Keys(f.st.idem))
+	}
+
+	h := setup()
 	start := h.index
-	for _, c := range log {
-		record(h.apply(c))
+	mid := len(steps) / 2
+	var results []string
+	var midSnapshot []byte
+	bit := map[string]int{}
+	for i, s := range steps {
+		before := remembered(h.f)
+		res := h.apply(s.cmd)
+		results = append(results, rendered(res))
+		got := outcome(res)
+		if got != s.want {
+			t.Errorf("step %d: Apply(%T) = %q (%v), want %q", i, s.cmd, got, res, s.want)
+		}
+		bit[got]++
+		if a, ok := s.cmd.(AcquireLease); ok && got == "" {
+			if l, _ := res.(PortLease); l.LeaseID != a.LeaseID {
+				t.Errorf("step %d: acquire %s answered lease %s, want a grant of its own", i, a.LeaseID, l.LeaseID)
+			}
+		}
+		after := remembered(h.f)
+		if len(after) > limits.IdempotencyKeys {
+			t.Errorf("step %d: %d keys remembered, want at most %d", i, len(after), limits.IdempotencyKeys)
+		}
+		if _, sweep := s.cmd.(Sweep); !sweep {
+			for _, k := range before {
+				if !slices.Contains(after, k) {
+					bit["idempotencyKeys"]++ // forgotten by the bound, not by a Sweep
+				}
+			}
+		}
+		if i == mid-1 {
+			midSnapshot = persist(t, h.f)
+		}
 	}
-	if kinds[ErrQuotaExceeded] == 0 || kinds[ErrTokenRevoked] == 0 || kinds[ErrInvalidCommand] == 0 {
-		t.Fatalf("refusals by kind = %v: the log must hit a quota, a revoked token and the machine id rule", kinds)
+	for _, kind := range []string{perMachine, inCluster, leases, "idempotencyKeys", keyUsed, revoked, machineID} {
+		if bit[kind] == 0 {
+			t.Errorf("%q never bit (outcomes %v): the log must exercise every quota, the token check and the id rule", kind, bit)
+		}
 	}
-	// Replay the same entries on a fresh replica.
-	g := format2(t)
-	g.mustApply(SetLimits{Header: Header{Now: t0}, Limits: Limits{ResourcesPerMachine: 3, Resources: 20, LeasesPerMachine: 2, IdempotencyKeys: 3}})
-	g.mustApply(IssueToken{Header: Header{Now: t0}, Machine: "mbp", SHA256: tokenSumOne})
+
+	// Replay the same entries on a fresh replica, and the second half on a
+	// replica restored from the snapshot taken half way.
+	g := setup()
 	if g.index != start {
 		t.Fatalf("replica at index %d, want %d", g.index, start)
 	}
-	var again []string
-	for _, c := range log {
-		res := g.apply(c)
-		if err, ok := res.(error); ok {
-			again = append(again, err.Error())
-		} else {
-			again = append(again, fmt.Sprintf("%T", res))
+	r := &harness{t: t, f: New(), index: start + uint64(mid), term: baseTerm}
+	if err := restore(t, r.f, midSnapshot); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range steps {
+		if got := rendered(g.apply(s.cmd)); got != results[i] {
+			t.Errorf("step %d replayed: %q, want %q", i, got, results[i])
+		}
+		if i < mid {
+			continue
+		}
+		if got := rendered(r.apply(s.cmd)); got != results[i] {
+			t.Errorf("step %d after the restore: %q, want %q", i, got, results[i])
 		}
 	}
-	for i := range results {
-		if results[i] != again[i] {
-			t.Errorf("entry %d: %q on one replica, %q on the other", i, results[i], again[i])
+	for name, f := range map[string]*FSM{"replayed": g.f, "restored half way": r.f} {
+		if f.Hash() != h.f.Hash() {
+			t.Errorf("Hash() %s = %s, want %s", name, f.Hash(), h.f.Hash())
 		}
-	}
-	if h.f.Hash() != g.f.Hash() {
-		t.Errorf("Hash() = %s and %s after the same log", h.f.Hash(), g.f.Hash())
+		checkIndexes(t, f, name)
 	}
 	restored := New()
 	if err := restore(t, restored, persist(t, h.f)); err != nil {
@@ -265,7 +385,7 @@ func TestFSM_Format2Replay(t *testing.T) {
 		t.Errorf("Hash() after restore = %s, want %s", restored.Hash(), h.f.Hash())
 	}
 	checkIndexes(t, restored, "restored")
-	checkIndexes(t, h.f, "replayed")
+	checkIndexes(t, h.f, "applied")
 }
 
 // An acquire retried under its Idempotency-Key after a while gets its lease
