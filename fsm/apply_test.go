@@ -3,6 +3,7 @@ package fsm
 import (
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -608,6 +609,69 @@ func TestFSM_ApplySweep(t *testing.T) {
 		},
 	}
 	runApplyCases(t, cases)
+}
+
+// A remembered Idempotency-Key is pruned by a Sweep even when no TTL is live
+// (its lease ended, nothing else is held): NextExpiry reports the key's end,
+// so the leader's sweep loop proposes a Sweep then, and that Sweep forgets it.
+// Otherwise a cluster left idle would keep its keys, up to the bound, forever.
+func TestFSM_SweepForgetsKeysWithNoTTLLive(t *testing.T) {
+	const key = "idem-1"
+	for _, format := range []int{1, 2} {
+		for _, tc := range []struct {
+			name string
+			end  Command // ends the key's lease
+		}{
+			{"lease released", ReleaseLease{Header: Header{Now: t0 + 500}, Caller: memberCaller, Port: bandLow, LeaseID: "lease-1"}},
+			{"lease expired and swept", Sweep{Header: Header{Now: t0 + 1000}}},
+		} {
+			t.Run(fmt.Sprintf("format %d, %s", format, tc.name), func(t *testing.T) {
+				h := newHarness(t)
+				h.mustApply(ClaimPrimary{Header: Header{Now: t0}, Holder: "node-a", GraceMs: 1000})
+				if format == 2 {
+					h.mustApply(SetFormat{Header: Header{Now: t0}, Level: 2})
+				}
+				first := acquireCmd(t0, memberCaller, "lease-1")
+				first.TTLMs, first.IdempotencyKey = 1000, key
+				h.mustApply(first)
+				h.mustApply(tc.end)
+				if c := h.f.Counts(); c.Resources != 0 || c.Leases != 0 {
+					t.Fatalf("Counts() = %+v, want no resource and no lease", c)
+				}
+				until := t0 + IdempotencyRetentionMs
+				if got, ok := h.f.NextExpiry(); !ok || got != until {
+					t.Fatalf("NextExpiry() = %d, %v with only the key remembered, want %d, true", got, ok, until)
+				}
+				retry := func(now int64, leaseID string) interface{} {
+					c := first
+					c.Now, c.LeaseID = now, leaseID
+					return h.apply(c)
+				}
+				// A Sweep before the key's end keeps it: a retry is still refused.
+				h.mustApply(Sweep{Header: Header{Now: until - 1}})
+				if res := retry(until-1, "lease-2"); !isErr(res, ErrIdempotencyKeyUsed) {
+					t.Fatalf("retry before the key's end = %v, want %v", res, ErrIdempotencyKeyUsed)
+				}
+				// The Sweep at its end forgets it, and nothing is left to sweep.
+				if got := jsonOf(h.mustApply(Sweep{Header: Header{Now: until}})); got != `{"resources":[],"leases":[]}` {
+					t.Errorf("Sweep at the key's end = %s, want empty lists", got)
+				}
+				h.f.mu.RLock()
+				n := len(h.f.st.idem)
+				h.f.mu.RUnlock()
+				if n != 0 {
+					t.Errorf("%d keys remembered after the Sweep at the key's end, want 0", n)
+				}
+				if got, ok := h.f.NextExpiry(); ok {
+					t.Errorf("NextExpiry() = %d, true after the key was forgotten, want false", got)
+				}
+				if l, ok := retry(until, "lease-3").(PortLease); !ok || l.LeaseID != "lease-3" {
+					t.Errorf("retry after the key was forgotten = %v, want a new grant of lease-3", l)
+				}
+				checkIndexes(t, h.f, "after the sweep")
+			})
+		}
+	}
 }
 
 func isErr(res interface{}, want error) bool {
