@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,9 +33,12 @@ type guardedCluster struct {
 	audit *syncBuffer
 }
 
+// startGuarded starts a guardedCluster; opts.API, if set, runs after the
+// guarded cluster's own changes to each node's deps.
 func startGuarded(t *testing.T, caps api.Caps, opts apitest.Options) *guardedCluster {
 	t.Helper()
 	g := &guardedCluster{audit: &syncBuffer{}}
+	more := opts.API
 	opts.API = func(i int, d *api.Deps) {
 		for len(g.reg) <= i {
 			g.reg = append(g.reg, nil)
@@ -42,6 +46,9 @@ func startGuarded(t *testing.T, caps api.Caps, opts apitest.Options) *guardedClu
 		g.reg[i] = prometheus.NewRegistry()
 		d.Registry, d.Caps = g.reg[i], caps
 		d.Audit = slog.New(slog.NewJSONHandler(g.audit, nil)).With("node", fmt.Sprintf("node-%c", 'a'+i))
+		if more != nil {
+			more(i, d)
+		}
 	}
 	if opts.Timeout == 0 {
 		opts.Timeout = clusterOptions().Timeout
@@ -308,6 +315,75 @@ func TestServer_UnknownTokenOnCaughtUpFollower(t *testing.T) {
 	after := c.metric(t, fi, "elanous_forwards_total", "result", "ok") + c.metric(t, fi, "elanous_forwards_total", "result", "error")
 	if after != before {
 		t.Errorf("the follower forwarded %v unknown tokens to the leader, want none", after-before)
+	}
+}
+
+// A follower that lags lets the leader judge a well-formed token it does not
+// know, and does so at most 10 times a second (bursts of 20; api/guard.go's
+// unknownTokenForward*), so a flood of random tokens mostly never reaches
+// the leader. The follower is held lagging through Deps.Lagging. A token
+// only the leader knows is a cluster token the leader alone has been given
+// (a tokens.json reload that reached it first): its answer through the
+// follower is the leader's judgement.
+func TestServer_UnknownTokenOnLaggingFollower(t *testing.T) {
+	const forwardRate, forwardBurst = 10, 20
+	var lagging atomic.Bool
+	c := startGuarded(t, api.Caps{WriteRate: rate.Inf}, apitest.Options{
+		API: func(_ int, d *api.Deps) { d.Lagging = lagging.Load }, // the leader never asks
+	})
+	li, fi := c.Leader(), c.Follower()
+	follower := c.Nodes[fi]
+	forwards := func() float64 {
+		return c.metric(t, fi, "elanous_forwards_total", "result", "ok") + c.metric(t, fi, "elanous_forwards_total", "result", "error")
+	}
+	leaderOnly := testutil.RandomToken()
+	c.Nodes[li].Server.SetTokens(wire.TokensFile{Admin: c.Tokens.Admin, Member: c.Tokens.Member, Query: leaderOnly})
+	list := func(token string) testutil.Call {
+		return testutil.Call{Method: http.MethodGet, URL: follower.URL + "/v1/resources", Auth: testutil.Bearer(token)}
+	}
+
+	for _, tt := range []struct {
+		lagging      bool
+		want         int
+		wantForwards float64
+	}{
+		{lagging: false, want: http.StatusUnauthorized, wantForwards: 0}, // caught up: 401 at once
+		{lagging: true, want: http.StatusOK, wantForwards: 1},            // the leader judges
+	} {
+		lagging.Store(tt.lagging)
+		before := forwards()
+		r := testutil.Send(t, list(leaderOnly))
+		testutil.WantStatus(t, fmt.Sprintf("a token only the leader knows, through a follower lagging %v", tt.lagging), r, tt.want)
+		if got := forwards() - before; got != tt.wantForwards {
+			t.Errorf("lagging %v: the follower forwarded %v requests, want %v", tt.lagging, got, tt.wantForwards)
+		}
+	}
+
+	// A flood of unknown tokens: every one is 401, whether the leader or the
+	// follower says so, and no more are forwarded than the limiter allows
+	// in the time the flood took, which is exact whatever the machine's
+	// speed. The flood goes on until one is answered without a forward: the
+	// limit bit. It bites after about forwardBurst requests unless each
+	// takes over 1/forwardRate s.
+	lagging.Store(true)
+	before := forwards()
+	start := time.Now()
+	paced := false
+	for n := 1; n <= 1000 && !paced; n++ {
+		was := forwards()
+		r := testutil.Send(t, list(testutil.RandomToken()))
+		testutil.WantError(t, "an unknown token through a lagging follower", r, http.StatusUnauthorized, wire.CodeUnauthorized)
+		now := forwards()
+		paced = now == was
+		if allowed := forwardBurst + forwardRate*time.Since(start).Seconds(); now-before > allowed+1 {
+			t.Fatalf("%v of %d unknown tokens forwarded in %v, want at most %.0f", now-before, n, time.Since(start), allowed)
+		}
+	}
+	if !paced {
+		t.Errorf("every one of 1000 unknown tokens was forwarded to the leader in %v, want them paced", time.Since(start))
+	}
+	if got := forwards() - before; got == 0 {
+		t.Errorf("no unknown token was forwarded by the lagging follower, want up to %d at once", forwardBurst)
 	}
 }
 

@@ -54,6 +54,12 @@ type Deps struct {
 	// Version is the build's version, reported by /v1/cluster/status and
 	// in snapshot files.
 	Version string
+	// Lagging, when set, is asked instead of Node.Lagging whether this node
+	// lags, when it decides whether to let the leader judge a token it does
+	// not know (forwardUnknownToken). A real follower lags only for the
+	// instant between receiving an entry and applying it, too short for a
+	// test to hold; tests set it to hold one lagging. Production leaves it nil.
+	Lagging func() bool
 }
 
 // Server is the HTTP API of one candidate.
@@ -71,6 +77,7 @@ type Server struct {
 	httpServer    *http.Server
 	guard         *guard
 	audit         *Auditor
+	lagging       func() bool // Deps.Lagging; nil: node.Lagging
 }
 
 // New builds the server and its routes.
@@ -114,6 +121,7 @@ func New(d Deps) *Server {
 		rand:     d.Rand,
 		version:  d.Version,
 		registry: d.Registry,
+		lagging:  d.Lagging,
 	}
 	s.SetTokens(d.Tokens)
 	s.metrics = newMetrics(d.Registry, d.Node)
