@@ -5,8 +5,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -114,6 +116,87 @@ func TestGuard_ListenCapsPerAddress(t *testing.T) {
 	}
 	_ = second.Close()
 }
+
+// The listener holds at most Caps.Connections open connections overall, from
+// any mix of addresses: past the cap Accept waits (the connection stays in the
+// accept queue, not refused), and one is accepted once another closes. Run in
+// a synctest bubble over an in-memory listener, so "Accept waits" is checked
+// exactly: synctest.Wait returns once the accepting goroutine is durably
+// blocked, which with a cap it is on the cap's semaphore and without one only
+// after it accepted every queued connection.
+func TestGuard_ListenCapsOverall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGuard(Caps{Connections: 2}.withDefaults(), nil, prometheus.NewRegistry())
+		queue := &queueListener{conns: make(chan net.Conn, 4), closed: make(chan struct{})}
+		ln := g.listen(queue)
+		defer ln.Close() // ends the accepting goroutine, also when the test fails
+		accepted := make(chan net.Conn, 4)
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				accepted <- c
+			}
+		}()
+		for i := range 3 { // three addresses: no per-address cap is reached
+			server, client := net.Pipe()
+			defer client.Close()
+			queue.conns <- remoteConn{Conn: server, remote: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i)), Port: 40000}}
+		}
+		synctest.Wait()
+		if len(accepted) != 2 || len(queue.conns) != 1 {
+			t.Fatalf("with a cap of 2 and 3 connections waiting: %d accepted, %d still queued; want 2 and 1", len(accepted), len(queue.conns))
+		}
+		first, second := <-accepted, <-accepted
+		defer second.Close()
+		_ = first.Close()
+		synctest.Wait()
+		if len(accepted) != 1 {
+			t.Fatalf("after one of 2 closed: %d more accepted, want 1", len(accepted))
+		}
+		third := <-accepted
+		defer third.Close()
+		if got := third.RemoteAddr().String(); got != "127.0.0.4:40000" {
+			t.Errorf("accepted %s, want the queued 127.0.0.4:40000", got)
+		}
+		if v := testutil.ToFloat64(g.connRefused); v != 0 {
+			t.Errorf("connections refused = %v, want 0 (the overall cap waits, it does not refuse)", v)
+		}
+	})
+}
+
+// queueListener accepts the connections sent on conns.
+type queueListener struct {
+	conns  chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (l *queueListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *queueListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *queueListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 31413} }
+
+// remoteConn is a connection from remote.
+type remoteConn struct {
+	net.Conn
+	remote net.Addr
+}
+
+func (c remoteConn) RemoteAddr() net.Addr { return c.remote }
 
 // The default forwarding client holds at most Caps.ForwardConnections
 // connections to the leader.
