@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -127,6 +128,110 @@ func TestE2E_Dev(t *testing.T) {
 		t.Errorf("dev exit code after SIGTERM = %d, want 0", code)
 	}
 	c.checkLogs(p)
+}
+
+// TestE2E_DevTLS runs `dev --tls` on free ports and a data dir of its own
+// (so it neither needs the fixed dev ports nor touches a developer's dev
+// data): the CA it writes in <data dir>/tls is the one clients need. status
+// with it (--ca-file) sees the three candidates and one leader; status
+// without it refuses the candidates' certificates.
+func TestE2E_DevTLS(t *testing.T) {
+	e2eBinary(t)
+	base := freeDevBasePort(t)
+	dir := t.TempDir()
+	dataDir := filepath.Join(dir, "data")
+	p := startProc(t, dir, "dev-tls", childEnv(), "dev", "--tls", "--data-dir", dataDir, "--http-port", strconv.Itoa(base))
+	var urls []string
+	for i := range devNames {
+		urls = append(urls, fmt.Sprintf("https://127.0.0.1:%d", base+10*i))
+	}
+	var stdout string
+	testutil.Poll(t, "dev --tls ready", time.Minute, func() error {
+		if p.exited() {
+			return fmt.Errorf("dev --tls exited early: %v", p.err)
+		}
+		if stdout, _ = p.output(); !strings.Contains(stdout, "ready;") {
+			return errors.New(`stdout has no "ready;" line yet`)
+		}
+		return nil
+	})
+	ca := filepath.Join(dataDir, "tls", caCertName)
+	if !strings.Contains(stdout, "TLS: CA "+ca+" ") {
+		t.Errorf("dev --tls does not name its CA %s:\n%s", ca, stdout)
+	}
+	for _, u := range urls {
+		if !strings.Contains(stdout, u) {
+			t.Errorf("dev --tls does not list %s:\n%s", u, stdout)
+		}
+	}
+	tokens, err := readTokensFile(filepath.Join(dataDir, "control", "tokens.json"))
+	if err != nil {
+		t.Fatalf("dev --tls tokens file: %v", err)
+	}
+	env := childEnv("ELANOUS_TOKEN=" + tokens.Query)
+	candidates := strings.Join(urls, ",")
+
+	out, stderr, err := runCLIProc(t, env, "status", "--candidates", candidates, "--ca-file", ca)
+	if err != nil || strings.Count(out, "Leader") != 1 {
+		t.Errorf("status --ca-file %s = %v, want one leader:\n%s\n%s", ca, err, out, stderr)
+	}
+	for _, name := range devNames {
+		if !strings.Contains(out, name) {
+			t.Errorf("status --ca-file does not show %s:\n%s", name, out)
+		}
+	}
+	// Without the CA the candidates' certificates are unknown: status refuses.
+	out, stderr, err = runCLIProc(t, env, "status", "--candidates", candidates)
+	if err == nil {
+		t.Errorf("status without the CA exited 0, want a refusal:\n%s\n%s", out, stderr)
+	} else if !strings.Contains(out+stderr, "certificate signed by unknown authority") {
+		t.Errorf("status without the CA = %v, want the certificates refused as of an unknown authority:\n%s\n%s", err, out, stderr)
+	} else {
+		t.Logf("status without the CA: %v: %s", err, lastLine(out+stderr))
+	}
+
+	p.signal(t, syscall.SIGTERM) // by its pid
+	code, err := p.wait(15 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != 0 {
+		t.Errorf("dev --tls exit code after SIGTERM = %d, want 0", code)
+	}
+	(&e2eCluster{t: t}).checkLogs(p)
+}
+
+// freeDevBasePort returns an HTTP port for `dev --http-port` whose six ports
+// (node-a's port, +10 and +20, and the Raft port one below each) were all
+// free a moment ago; the same small race as freePorts.
+func freeDevBasePort(t *testing.T) int {
+	t.Helper()
+	for range 20 {
+		base := freePorts(t, 1)[0]
+		if base < 2 || base+20 > 65535 {
+			continue
+		}
+		var lns []net.Listener
+		free := true
+		for i := range devNames {
+			for _, port := range []int{base - 1 + 10*i, base + 10*i} {
+				ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+				if err != nil {
+					free = false
+					continue
+				}
+				lns = append(lns, ln)
+			}
+		}
+		for _, ln := range lns {
+			ln.Close()
+		}
+		if free {
+			return base
+		}
+	}
+	t.Fatal("no free set of dev ports found in 20 tries")
+	return 0
 }
 
 func TestE2E_LeaderKill(t *testing.T) {
