@@ -76,29 +76,138 @@ func scrape(url string) (map[string]*dto.MetricFamily, error) {
 	return p.TextToMetricFamilies(resp.Body)
 }
 
+// metricName matches the metric names the monitoring files and the README use.
+var metricName = regexp.MustCompile(`\b(?:elanous|raft|go|process)_[A-Za-z0-9_]+\b`)
+
 // monitoringMetricNames returns every metric name deploy/monitoring's
-// dashboard and alert rules mention.
+// dashboard queries and alert rules mention, with the files that use it.
 func monitoringMetricNames(t *testing.T) map[string][]string {
 	t.Helper()
-	files := []string{
-		filepath.Join("..", "..", "deploy", "monitoring", "elanous-dashboard.json"),
-		filepath.Join("..", "..", "deploy", "monitoring", "elanous-alerts.yaml"),
+	dashboard := filepath.Join("..", "..", "deploy", "monitoring", "elanous-dashboard.json")
+	alerts := filepath.Join("..", "..", "deploy", "monitoring", "elanous-alerts.yaml")
+	rules, err := os.ReadFile(alerts)
+	if err != nil {
+		t.Fatal(err)
 	}
-	name := regexp.MustCompile(`\b(?:elanous|raft|go|process)_[A-Za-z0-9_]+\b`)
 	out := map[string][]string{}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range name.FindAllString(string(data), -1) {
-			if !slices.Contains(out[n], filepath.Base(f)) {
-				out[n] = append(out[n], filepath.Base(f))
+	for file, texts := range map[string][]string{dashboard: dashboardQueries(t, dashboard), alerts: {string(rules)}} {
+		for _, text := range texts {
+			for _, n := range metricName.FindAllString(text, -1) {
+				if !slices.Contains(out[n], filepath.Base(file)) {
+					out[n] = append(out[n], filepath.Base(file))
+				}
 			}
 		}
 	}
 	if len(out) < 10 {
-		t.Fatalf("found only %d metric names in %v", len(out), files)
+		t.Fatalf("found only %d metric names in %s and %s", len(out), dashboard, alerts)
+	}
+	return out
+}
+
+// grafanaPanel is what dashboardQueries reads of a Grafana panel: a row
+// holds its panels when collapsed.
+type grafanaPanel struct {
+	Type    string `json:"type"`
+	Title   string `json:"title"`
+	Targets []struct {
+		Expr string `json:"expr"`
+	} `json:"targets"`
+	Panels []grafanaPanel `json:"panels"`
+}
+
+// dashboardQueries decodes the Grafana dashboard at path and returns its
+// PromQL: every panel target's expr, and the template variables' queries
+// (a string, or an object with a query, depending on Grafana's version).
+// Only queries count, not descriptions that merely name a metric. Every panel
+// but a row must have a query, so a dashboard the decoding misreads fails
+// here rather than yielding no names.
+func dashboardQueries(t *testing.T, path string) []string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Templating struct {
+			List []struct {
+				Name  string          `json:"name"`
+				Type  string          `json:"type"`
+				Query json.RawMessage `json:"query"`
+			} `json:"list"`
+		} `json:"templating"`
+		Panels []grafanaPanel `json:"panels"`
+	}
+	if err := json.Unmarshal(data, &d); err != nil {
+		t.Fatalf("%s is not a JSON dashboard: %v", path, err)
+	}
+	var out []string
+	var walk func([]grafanaPanel)
+	walk = func(panels []grafanaPanel) {
+		for _, p := range panels {
+			walk(p.Panels)
+			if p.Type == "row" {
+				continue
+			}
+			n := 0
+			for _, tg := range p.Targets {
+				if tg.Expr != "" {
+					out = append(out, tg.Expr)
+					n++
+				}
+			}
+			if n == 0 {
+				t.Errorf("%s: panel %q (%s) has no query", path, p.Title, p.Type)
+			}
+		}
+	}
+	walk(d.Panels)
+	for _, v := range d.Templating.List {
+		if v.Type != "query" {
+			continue
+		}
+		var q string
+		if json.Unmarshal(v.Query, &q) != nil {
+			var obj struct {
+				Query string `json:"query"`
+			}
+			if err := json.Unmarshal(v.Query, &obj); err != nil {
+				t.Fatalf("%s: variable %q: query %s is neither a string nor an object with a query: %v", path, v.Name, v.Query, err)
+			}
+			q = obj.Query
+		}
+		if q == "" {
+			t.Errorf("%s: query variable %q has no query", path, v.Name)
+		}
+		out = append(out, q)
+	}
+	if len(out) < 10 {
+		t.Fatalf("%s: found only %d queries", path, len(out))
+	}
+	return out
+}
+
+// readmeMetricNames returns the elanous_* names of README.md's "Metrics"
+// section: the metrics an operator is told about.
+func readmeMetricNames(t *testing.T) map[string]bool {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n### Metrics\n")
+	if !ok {
+		t.Fatal(`README.md has no "### Metrics" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n### ")
+	out := map[string]bool{}
+	for _, n := range metricName.FindAllString(section, -1) {
+		if strings.HasPrefix(n, "elanous_") {
+			out[n] = true
+		}
+	}
+	if len(out) < 10 {
+		t.Fatalf(`README.md's "Metrics" section names only %d elanous_* metrics`, len(out))
 	}
 	return out
 }
@@ -129,8 +238,10 @@ func exported(mfs map[string]*dto.MetricFamily, name string) bool {
 // leader and a follower, and checks what an operator watches:
 //   - /metrics has elanous_build_info, the propose histogram, raft's commit
 //     time and per-follower replication series, and no gauge reads -1;
-//   - every metric deploy/monitoring's dashboard and alert rules use is
-//     exported (except pendingMetrics);
+//   - every metric deploy/monitoring's dashboard queries and alert rules use
+//     is exported (except pendingMetrics);
+//   - README.md's "Metrics" section names every elanous_* family exported,
+//     and every elanous_* metric it names is exported;
 //   - every log line is JSON with one envelope of keys, raft's and the API's alike;
 //   - each node tells systemd it is waiting, then READY=1.
 func TestE2E_Observability(t *testing.T) {
@@ -201,6 +312,20 @@ func TestE2E_Observability(t *testing.T) {
 		}
 		return nil
 	})
+	// The README lists every metric of ours the cluster exports, and none it
+	// does not (the merged scrape has every node's, the follower-only and
+	// leader-only figures included).
+	documented := readmeMetricNames(t)
+	for name := range all {
+		if strings.HasPrefix(name, "elanous_") && !documented[name] {
+			t.Errorf("%s is exported but README.md's \"Metrics\" section does not name it", name)
+		}
+	}
+	for name := range documented {
+		if !exported(all, name) {
+			t.Errorf("README.md's \"Metrics\" section names %s, which the cluster does not export", name)
+		}
+	}
 	for _, nd := range c.nodes {
 		mfs := byNode[nd.id]
 		// No sentinel: no gauge anywhere reads -1.
