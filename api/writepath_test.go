@@ -120,18 +120,33 @@ func TestServer_FollowerForwardsBeforeHandler(t *testing.T) {
 	})
 
 	t.Run("a malformed body is judged by the leader", func(t *testing.T) {
-		route := func() float64 {
-			return c.counter(t, li, "elanous_http_requests_total", "route", "/v1/resources/register", "method", "POST", "code", "400")
-		}
-		forwards, leader400 := forwardsOK(), route()
-		r := testutil.Send(t, testutil.Call{Method: http.MethodPost, URL: follower.URL + "/v1/resources/register", Auth: testutil.Bearer(c.Tokens.Member),
-			Body: `{"id":`, ContentType: "application/json"})
-		testutil.WantError(t, "malformed register through the follower", r, http.StatusBadRequest, wire.CodeInvalidRequest)
-		if got := forwardsOK() - forwards; got != 1 {
-			t.Errorf("the follower's elanous_forwards_total{result=ok} rose by %v for a malformed register, want 1: the follower decoded the body itself", got)
-		}
-		if got := route() - leader400; got != 1 {
-			t.Errorf("the leader answered %v malformed registers with 400, want 1", got)
+		// Each body stops mid-document: a follower that decoded it would
+		// answer 400 itself instead of forwarding. The acquire and the token
+		// issue are the writes that draw; a draw on the follower would mean
+		// it got as far as the handler.
+		for _, tc := range []struct {
+			name, path, token, code string
+		}{
+			{"register", "/v1/resources/register", c.Tokens.Member, wire.CodeInvalidRequest},
+			{"acquire", "/v1/leases/port", c.Tokens.Member, wire.CodeInvalidPortLease},
+			{"token issue", "/v1/tokens/member", c.Tokens.Admin, wire.CodeInvalidRequest},
+		} {
+			route := func() float64 {
+				return c.counter(t, li, "elanous_http_requests_total", "route", tc.path, "method", "POST", "code", "400")
+			}
+			draws, forwards, leader400 := c.draws(), forwardsOK(), route()
+			r := testutil.Send(t, testutil.Call{Method: http.MethodPost, URL: follower.URL + tc.path, Auth: testutil.Bearer(tc.token),
+				Body: `{"machine":`, ContentType: "application/json"})
+			testutil.WantError(t, "malformed "+tc.name+" through the follower", r, http.StatusBadRequest, tc.code)
+			if got := forwardsOK() - forwards; got != 1 {
+				t.Errorf("the follower's elanous_forwards_total{result=ok} rose by %v for a malformed %s, want 1: the follower decoded the body itself", got, tc.name)
+			}
+			if got := route() - leader400; got != 1 {
+				t.Errorf("the leader answered %v malformed %s requests with 400, want 1", got, tc.name)
+			}
+			if got := c.draws()[fi] - draws[fi]; got != 0 {
+				t.Errorf("the follower read its random source %d times for a malformed %s, want 0", got, tc.name)
+			}
 		}
 	})
 
