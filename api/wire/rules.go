@@ -36,18 +36,19 @@ const (
 	DefaultBandEnd    = 31499
 )
 
-var (
-	machinePattern   = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]*$`)
-	candidatePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
-	kindPattern      = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
-	hex64Pattern     = regexp.MustCompile(`^[a-f0-9]{64}$`)
-)
-
-// Patterns as text, for messages and help.
+// Patterns as text, for messages and help. The matchers below are compiled
+// from these, so a message always names the pattern that is checked.
 const (
 	MachinePatternText   = `^[a-zA-Z0-9][a-zA-Z0-9._-]*$`
 	CandidatePatternText = `^[a-z0-9][a-z0-9-]{0,31}$`
 	KindPatternText      = `^[a-z][a-z0-9-]{0,31}$`
+)
+
+var (
+	machinePattern   = regexp.MustCompile(MachinePatternText)
+	candidatePattern = regexp.MustCompile(CandidatePatternText)
+	kindPattern      = regexp.MustCompile(KindPatternText)
+	hex64Pattern     = regexp.MustCompile(`^[a-f0-9]{64}$`)
 )
 
 // ValidMachine reports whether name is an acceptable machine name: it matches
