@@ -34,6 +34,7 @@ const (
 	MaxIdempotencyKey = 128              // the Idempotency-Key header
 	DefaultBandStart  = 31450            // the default test band leases are drawn from
 	DefaultBandEnd    = 31499
+	MaxPort           = 65535 // ports are 1 up to this (0 is "any" to a listener, never an address)
 )
 
 // Patterns as text, for messages and help. The matchers below are compiled
@@ -126,6 +127,26 @@ func CheckAttrs(attrs map[string]json.RawMessage) error {
 	return nil
 }
 
+// ValidPort reports whether p is a port an address may name: 1-65535.
+func ValidPort(p int) bool { return p >= 1 && p <= MaxPort }
+
+// SplitHostPort splits s, a host:port address, into its host and a port of
+// 1-65535. The host may be empty (":31413", a listen address); a caller that
+// needs a host another machine can dial checks it. The port is read as
+// strconv.Atoi reads it, which fsm's Apply relies on: the set of Raft
+// addresses a candidate directory entry may hold must never change.
+func SplitHostPort(s string) (host string, port int, err error) {
+	host, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, fmt.Errorf("%q is not host:port: %w", s, err)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil || !ValidPort(n) {
+		return "", 0, fmt.Errorf("%q: port must be 1-65535", s)
+	}
+	return host, n, nil
+}
+
 // ErrInvalidURL is returned by ParseOrigin for an address that is not an
 // http(s) origin.
 var ErrInvalidURL = errors.New("invalid URL")
@@ -166,7 +187,7 @@ func ParseOrigin(raw string) (string, error) {
 	port := u.Port()
 	if port != "" {
 		n, err := strconv.Atoi(port)
-		if err != nil || n < 1 || n > 65535 {
+		if err != nil || !ValidPort(n) {
 			return "", bad("port must be 1-65535")
 		}
 		port = strconv.Itoa(n)
