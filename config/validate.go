@@ -118,9 +118,9 @@ func (c Config) validateRaft(p *problems) {
 	if err := validAddr(r.Advertise, true); err != nil {
 		p.addErr("raft.advertise", err)
 	}
-	atLeast := func(key string, d, min time.Duration) bool {
-		if d < min {
-			p.add(key, "must be at least %s (got %s)", min, d)
+	atLeast := func(key string, d, least time.Duration) bool {
+		if d < least {
+			p.add(key, "must be at least %s (got %s)", least, d)
 			return false
 		}
 		return true

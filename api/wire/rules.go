@@ -80,15 +80,15 @@ func ValidSHA256(s string) bool { return hex64Pattern.MatchString(s) }
 
 // CheckText refuses an empty (when required), over-long, non-UTF-8 or
 // control-character string; field names it in the message.
-func CheckText(field, s string, max int, required bool) error {
+func CheckText(field, s string, maxLen int, required bool) error {
 	if s == "" {
 		if required {
 			return fmt.Errorf("%s is required", field)
 		}
 		return nil
 	}
-	if len(s) > max {
-		return fmt.Errorf("%s is longer than %d bytes", field, max)
+	if len(s) > maxLen {
+		return fmt.Errorf("%s is longer than %d bytes", field, maxLen)
 	}
 	if !utf8.ValidString(s) {
 		return fmt.Errorf("%s is not valid UTF-8", field)
