@@ -362,7 +362,7 @@ func TestPeers_Audit(t *testing.T) {
 		{"peers.remove", wire.CodeNotFound, "node-x", 404},
 		{"peers.promote", "ok", follower.Machine, 200},
 	}
-	lines := c.audit.lines(t)
+	lines := c.audit.JSONLines(t)
 	for _, w := range want {
 		found := 0
 		for _, l := range lines {

@@ -30,7 +30,7 @@ func (r *countingRand) Read(p []byte) (int, error) {
 type observedCluster struct {
 	*apitest.Cluster
 	rand []*countingRand
-	reg  []*prometheus.Registry
+	reg  registries
 }
 
 func startObserved(t *testing.T, opts apitest.Options) *observedCluster {
@@ -57,37 +57,6 @@ func (o *observedCluster) draws() []int64 {
 	return out
 }
 
-// counter returns the value of the counter name with the given label pairs
-// (name, value, …) in node i's registry, 0 when it has no such series.
-func (o *observedCluster) counter(t *testing.T, i int, name string, labels ...string) float64 {
-	t.Helper()
-	families, err := o.reg[i].Gather()
-	if err != nil {
-		t.Fatalf("gather metrics of node %d: %v", i, err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range f.GetMetric() {
-			for k := 0; k+1 < len(labels); k += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == labels[k] && lp.GetValue() == labels[k+1] {
-						found = true
-					}
-				}
-				if !found {
-					continue series
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
-}
-
 // TestServer_FollowerForwardsBeforeHandler checks that a follower forwards a
 // write before its handler runs: it draws no lease id or token secret and
 // decodes no body; the leader does all of it.
@@ -95,7 +64,7 @@ func TestServer_FollowerForwardsBeforeHandler(t *testing.T) {
 	c := startObserved(t, clusterOptions())
 	li, fi := c.Leader(), c.Follower()
 	leader, follower := c.Nodes[li], c.Nodes[fi]
-	forwardsOK := func() float64 { return c.counter(t, fi, "elanous_forwards_total", "result", "ok") }
+	forwardsOK := func() float64 { return c.reg.metric(t, fi, "elanous_forwards_total", "result", "ok") }
 
 	t.Run("acquire and token issue draw on the leader only", func(t *testing.T) {
 		before, forwards := c.draws(), forwardsOK()
@@ -132,7 +101,7 @@ func TestServer_FollowerForwardsBeforeHandler(t *testing.T) {
 			{"token issue", "/v1/tokens/member", c.Tokens.Admin, wire.CodeInvalidRequest},
 		} {
 			route := func() float64 {
-				return c.counter(t, li, "elanous_http_requests_total", "route", tc.path, "method", "POST", "code", "400")
+				return c.reg.metric(t, li, "elanous_http_requests_total", "route", tc.path, "method", "POST", "code", "400")
 			}
 			draws, forwards, leader400 := c.draws(), forwardsOK(), route()
 			r := testutil.Send(t, testutil.Call{Method: http.MethodPost, URL: follower.URL + tc.path, Auth: testutil.Bearer(tc.token),
@@ -274,7 +243,7 @@ func TestServer_ForwardedWriteAnnouncesCommit(t *testing.T) {
 		applied(fmt.Sprintf("renewal %d", i), testutil.Send(t, leaseCall(http.MethodPost, follower.URL, l.Port, memberToken, l.LeaseID)), http.StatusOK)
 	}
 	applied("release", testutil.Send(t, leaseCall(http.MethodDelete, follower.URL, l.Port, memberToken, l.LeaseID)), http.StatusNoContent)
-	if got := c.counter(t, fi, "elanous_forward_unapplied_total"); got != 0 {
+	if got := c.reg.metric(t, fi, "elanous_forward_unapplied_total"); got != 0 {
 		t.Errorf("elanous_forward_unapplied_total on the follower = %v, want 0", got)
 	}
 }
