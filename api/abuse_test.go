@@ -1,9 +1,7 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,15 +27,15 @@ import (
 // buffer.
 type guardedCluster struct {
 	*apitest.Cluster
-	reg   []*prometheus.Registry
-	audit *syncBuffer
+	reg   registries
+	audit *testutil.SyncBuffer
 }
 
 // startGuarded starts a guardedCluster; opts.API, if set, runs after the
 // guarded cluster's own changes to each node's deps.
 func startGuarded(t *testing.T, caps api.Caps, opts apitest.Options) *guardedCluster {
 	t.Helper()
-	g := &guardedCluster{audit: &syncBuffer{}}
+	g := &guardedCluster{audit: &testutil.SyncBuffer{}}
 	more := opts.API
 	opts.API = func(i int, d *api.Deps) {
 		for len(g.reg) <= i {
@@ -57,38 +55,6 @@ func startGuarded(t *testing.T, caps api.Caps, opts apitest.Options) *guardedClu
 	return g
 }
 
-// metric returns the value of the counter or gauge name with the given
-// label pairs (name, value, …) in node i's registry, 0 when there is none.
-func (g *guardedCluster) metric(t *testing.T, i int, name string, labels ...string) float64 {
-	t.Helper()
-	families, err := g.reg[i].Gather()
-	if err != nil {
-		t.Fatalf("gather metrics of node %d: %v", i, err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range f.GetMetric() {
-			for k := 0; k+1 < len(labels); k += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					found = found || lp.GetName() == labels[k] && lp.GetValue() == labels[k+1]
-				}
-				if !found {
-					continue series
-				}
-			}
-			if m.GetGauge() != nil {
-				return m.GetGauge().GetValue()
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
-}
-
 // waitFormat2 waits until every node applies the format level that brings
 // quotas, machine ids and Precheck's token check.
 func (g *guardedCluster) waitFormat2(t *testing.T) {
@@ -96,41 +62,6 @@ func (g *guardedCluster) waitFormat2(t *testing.T) {
 	for _, n := range g.Nodes {
 		g.WaitFor(n.Machine+" at format 2", 10*time.Second, func() bool { return n.Node.FSM().Format() >= 2 })
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// lines decodes the buffer's JSON lines.
-func (b *syncBuffer) lines(t *testing.T) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(b.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("audit line %q is not JSON: %v", l, err)
-		}
-		out = append(out, m)
-	}
-	return out
 }
 
 // clientFrom returns an HTTP client whose connections come from the
@@ -263,7 +194,7 @@ func TestServer_WriteRateLimits(t *testing.T) {
 		testutil.Expect(t, from("127.0.0.2", heartbeatCall(follower.URL, mbp.Token, "machine%3Ambp")), http.StatusOK)
 	}
 	refused("fourth write through the follower", testutil.Send(t, from("127.0.0.2", heartbeatCall(follower.URL, mbp.Token, "machine%3Ambp"))))
-	if got := c.metric(t, fi, "elanous_rate_limited_total", "scope", "address"); got != 1 {
+	if got := c.reg.metric(t, fi, "elanous_rate_limited_total", "scope", "address"); got != 1 {
 		t.Errorf("follower rate_limited{scope=address} = %v, want 1", got)
 	}
 
@@ -272,7 +203,7 @@ func TestServer_WriteRateLimits(t *testing.T) {
 		testutil.Expect(t, from(ip, heartbeatCall(leader.URL, mbp.Token, "machine%3Ambp")), http.StatusOK)
 	}
 	refused("fourth write of mbp on the leader", testutil.Send(t, from("127.0.0.5", heartbeatCall(leader.URL, mbp.Token, "machine%3Ambp"))))
-	if got := c.metric(t, li, "elanous_rate_limited_total", "scope", "token"); got != 1 {
+	if got := c.reg.metric(t, li, "elanous_rate_limited_total", "scope", "token"); got != 1 {
 		t.Errorf("leader rate_limited{scope=token} = %v, want 1", got)
 	}
 
@@ -307,12 +238,12 @@ func TestServer_UnknownTokenOnCaughtUpFollower(t *testing.T) {
 	fi := c.Follower()
 	follower := c.Nodes[fi]
 	c.WaitFor("the follower caught up", 10*time.Second, func() bool { return !follower.Node.Lagging() })
-	before := c.metric(t, fi, "elanous_forwards_total", "result", "ok") + c.metric(t, fi, "elanous_forwards_total", "result", "error")
+	before := c.reg.metric(t, fi, "elanous_forwards_total", "result", "ok") + c.reg.metric(t, fi, "elanous_forwards_total", "result", "error")
 	for range 50 {
 		r := testutil.Send(t, testutil.Call{Method: http.MethodPost, URL: follower.URL + "/v1/resources/machine%3Ax/heartbeat", Auth: testutil.Bearer(testutil.RandomToken())})
 		testutil.WantError(t, "unknown token on a follower", r, http.StatusUnauthorized, wire.CodeUnauthorized)
 	}
-	after := c.metric(t, fi, "elanous_forwards_total", "result", "ok") + c.metric(t, fi, "elanous_forwards_total", "result", "error")
+	after := c.reg.metric(t, fi, "elanous_forwards_total", "result", "ok") + c.reg.metric(t, fi, "elanous_forwards_total", "result", "error")
 	if after != before {
 		t.Errorf("the follower forwarded %v unknown tokens to the leader, want none", after-before)
 	}
@@ -334,7 +265,7 @@ func TestServer_UnknownTokenOnLaggingFollower(t *testing.T) {
 	li, fi := c.Leader(), c.Follower()
 	follower := c.Nodes[fi]
 	forwards := func() float64 {
-		return c.metric(t, fi, "elanous_forwards_total", "result", "ok") + c.metric(t, fi, "elanous_forwards_total", "result", "error")
+		return c.reg.metric(t, fi, "elanous_forwards_total", "result", "ok") + c.reg.metric(t, fi, "elanous_forwards_total", "result", "error")
 	}
 	leaderOnly := testutil.RandomToken()
 	c.Nodes[li].Server.SetTokens(wire.TokensFile{Admin: c.Tokens.Admin, Member: c.Tokens.Member, Query: leaderOnly})
@@ -405,7 +336,7 @@ func TestServer_BlockingQueryCaps(t *testing.T) {
 	waiting := func(want float64) {
 		t.Helper()
 		c.WaitFor(fmt.Sprintf("%v blocking queries", want), 10*time.Second, func() bool {
-			return c.metric(t, fi, "elanous_blocking_queries") == want
+			return c.reg.metric(t, fi, "elanous_blocking_queries") == want
 		})
 	}
 	hold("127.0.0.2")
@@ -436,16 +367,16 @@ func TestServer_BlockingQueryCaps(t *testing.T) {
 	passed := blocking
 	passed.URL = n.URL + "/v1/primary?index=0&wait=30s"
 	testutil.Expect(t, from("127.0.0.4", passed), http.StatusOK)
-	if got := c.metric(t, fi, "elanous_blocking_queries_refused_total"); got != 3 {
+	if got := c.reg.metric(t, fi, "elanous_blocking_queries_refused_total"); got != 3 {
 		t.Errorf("blocking_queries_refused_total = %v, want 3", got)
 	}
 	cancel()
 	waiting(0)
 	// The three the clients gave up are 499, not server errors.
 	c.WaitFor("the abandoned queries counted", 10*time.Second, func() bool {
-		return c.metric(t, fi, "elanous_http_requests_total", "route", "/v1/primary", "code", "499") == 3
+		return c.reg.metric(t, fi, "elanous_http_requests_total", "route", "/v1/primary", "code", "499") == 3
 	})
-	if got := c.metric(t, fi, "elanous_http_requests_total", "route", "/v1/primary", "code", "500"); got != 0 {
+	if got := c.reg.metric(t, fi, "elanous_http_requests_total", "route", "/v1/primary", "code", "500"); got != 0 {
 		t.Errorf("abandoned blocking queries counted %v times as 500", got)
 	}
 }
@@ -510,9 +441,9 @@ func TestServer_MetricLabelsAreFixed(t *testing.T) {
 			}
 		}
 	}
-	if c.metric(t, 0, "elanous_http_requests_total", "route", "other", "method", "other", "code", "404") != 60 {
+	if c.reg.metric(t, 0, "elanous_http_requests_total", "route", "other", "method", "other", "code", "404") != 60 {
 		t.Errorf(`requests_total{route="other",method="other",code="404"} = %v, want 60`,
-			c.metric(t, 0, "elanous_http_requests_total", "route", "other", "method", "other", "code", "404"))
+			c.reg.metric(t, 0, "elanous_http_requests_total", "route", "other", "method", "other", "code", "404"))
 	}
 	if series > 12 {
 		t.Errorf("%d request series after 120 requests of random methods and paths, want a handful", series)
@@ -565,7 +496,7 @@ func TestServer_AuditLog(t *testing.T) {
 		{"auth", wire.CodeUnauthorized, follower.Machine, "", "127.0.0.3", 401, nil},
 		{"auth", wire.CodeForbidden, follower.Machine, fingerprint(c.Tokens.Query), "127.0.0.3", 403, nil},
 	}
-	lines := c.audit.lines(t)
+	lines := c.audit.JSONLines(t)
 	if len(lines) != len(want) {
 		t.Errorf("audit log has %d lines, want %d (one per action; the member's own release is not one):\n%s", len(lines), len(want), text)
 	}

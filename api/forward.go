@@ -76,6 +76,13 @@ func (s *Server) leading() error {
 // tries again. Any other error (a domain error, outcome-unknown) is
 // returned as is. op runs under the request's budget.
 func (s *Server) onLeader(c echo.Context, op func(ctx context.Context) error) error {
+	return s.onLeaderVia(c, s.forward, op)
+}
+
+// onLeaderVia is onLeader with the forward it makes on ErrNotLeader: forward
+// (a body held in memory) for every route but the snapshot routes, whose
+// bodies stream through (forwardStream).
+func (s *Server) onLeaderVia(c echo.Context, forward func(context.Context, echo.Context) error, op func(ctx context.Context) error) error {
 	deadline, leaderUntil := budgetOf(c)
 	ctx, cancel := context.WithDeadline(c.Request().Context(), deadline)
 	defer cancel()
@@ -88,7 +95,7 @@ func (s *Server) onLeader(c echo.Context, op func(ctx context.Context) error) er
 			if c.Request().Header.Get(wire.HeaderForwarded) != "" {
 				return fmt.Errorf("%w: forwarded request reached a follower", cluster.ErrNoLeader)
 			}
-			if err := s.forward(ctx, c); err != nil {
+			if err := forward(ctx, c); err != nil {
 				return err
 			}
 			return errForwarded

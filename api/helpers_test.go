@@ -11,6 +11,7 @@ import (
 	"github.com/elanous/elanous-node/api/apitest"
 	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // clusterOptions are the apitest options of these tests: raft timeouts long
@@ -18,6 +19,42 @@ import (
 // not depose healthy leaders, short enough for quick elections.
 func clusterOptions() apitest.Options {
 	return apitest.Options{Timeout: 300 * time.Millisecond}
+}
+
+// registries are the metric registries of a test cluster's nodes, by node
+// index.
+type registries []*prometheus.Registry
+
+// metric returns the value of the counter or gauge name with the given label
+// pairs (name, value, …) in node i's registry, 0 when it has no such series.
+func (r registries) metric(t *testing.T, i int, name string, labels ...string) float64 {
+	t.Helper()
+	families, err := r[i].Gather()
+	if err != nil {
+		t.Fatalf("gather metrics of node %d: %v", i, err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			for k := 0; k+1 < len(labels); k += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					found = found || lp.GetName() == labels[k] && lp.GetValue() == labels[k+1]
+				}
+				if !found {
+					continue series
+				}
+			}
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }
 
 // fingerprint is the owner the server stamps for a token: the first 16 hex

@@ -3,7 +3,6 @@ package api_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -360,7 +359,7 @@ func (fc *fuzzCluster) restore() error {
 		}
 		for _, m := range []string{"fixture", "other"} {
 			if tok, ok := tokens[m]; !ok || tok.SHA256 != sumHex(fc.secrets[m]) {
-				fc.secrets[m] = newSecret()
+				fc.secrets[m] = testutil.RandomToken()
 				cmds = append(cmds, fsm.IssueToken{Machine: m, SHA256: sumHex(fc.secrets[m])})
 			}
 		}
@@ -402,7 +401,7 @@ func (fc *fuzzCluster) restore() error {
 			}
 		}
 		if !leaseKept && settled && len(cmds) == 0 {
-			v, err := fc.propose(fsm.AcquireLease{Caller: member, LeaseID: newSecret()[:36], Machine: "fixture", Purpose: "fuzz fixture",
+			v, err := fc.propose(fsm.AcquireLease{Caller: member, LeaseID: testutil.RandomToken()[:36], Machine: "fixture", Purpose: "fuzz fixture",
 				TTLMs: fixtureTTL, BandStart: bandStart, BandEnd: bandEnd})
 			if err != nil {
 				return fmt.Errorf("restore the fixture lease: %w", err)
@@ -672,13 +671,4 @@ func errorCode(r testutil.Reply) string {
 func sumHex(token string) string {
 	sum := sha256.Sum256([]byte(token))
 	return hex.EncodeToString(sum[:])
-}
-
-// newSecret draws a machine token (64 lowercase hex characters).
-func newSecret() string {
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err)
-	}
-	return hex.EncodeToString(b[:])
 }

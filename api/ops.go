@@ -58,7 +58,7 @@ func (s *Server) opsRoutes() []route {
 // costs O(1); it is encoded twice (once for the checksum in the header, once
 // on the wire) while writes go on.
 func (s *Server) getSnapshot(c echo.Context) error {
-	if handled, err := s.snapshotOnLeader(c); handled {
+	if err := s.snapshotOnLeader(c); err != nil {
 		return err
 	}
 	deadline, _ := budgetOf(c)
@@ -117,7 +117,7 @@ func (s *Server) putSnapshot(c echo.Context) (res wire.RestoreResult, err error)
 	if r.ContentLength > wire.MaxSnapshotBytes {
 		return res, tooBigSnapshot()
 	}
-	if handled, err := s.snapshotOnLeader(c); handled {
+	if err := s.snapshotOnLeader(c); err != nil {
 		return res, err
 	}
 	start := time.Now()
@@ -231,35 +231,13 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// snapshotOnLeader runs a snapshot route's leader check and reports whether
-// the request was handled here: forwarded to the leader with its body
-// streamed through (errForwarded: the answer is written), or to be answered
-// with err (503 with no leader). It is onLeader for bodies too large to hold.
-func (s *Server) snapshotOnLeader(c echo.Context) (handled bool, err error) {
-	deadline, leaderUntil := budgetOf(c)
-	ctx, cancel := context.WithDeadline(c.Request().Context(), deadline)
-	defer cancel()
-	for {
-		err := s.leading()
-		switch {
-		case err == nil:
-			return false, nil
-		case errors.Is(err, cluster.ErrNotLeader):
-			if c.Request().Header.Get(wire.HeaderForwarded) != "" {
-				return true, fmt.Errorf("%w: forwarded request reached a follower", cluster.ErrNoLeader)
-			}
-			if err := s.forwardStream(ctx, c); err != nil {
-				return true, err
-			}
-			return true, errForwarded
-		case errors.Is(err, cluster.ErrNoLeader), errors.Is(err, cluster.ErrNotReady):
-			if !s.waitForLeader(ctx, leaderUntil) {
-				return true, err
-			}
-		default:
-			return true, err
-		}
-	}
+// snapshotOnLeader runs a snapshot route's leader check: nil when this node
+// is the ready leader and serves the request, else the error to return —
+// errForwarded once the request was forwarded to the leader with its body
+// streamed through (the answer is written), or a 503 with no leader. It is
+// onLeader with forwardStream for bodies too large to hold.
+func (s *Server) snapshotOnLeader(c echo.Context) error {
+	return s.onLeaderVia(c, s.forwardStream, func(context.Context) error { return s.leading() })
 }
 
 // forwardStream forwards the request to the leader with its body streamed

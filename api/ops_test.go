@@ -24,7 +24,7 @@ import (
 // a version the test can see in their status.
 type loggedCluster struct {
 	*apitest.Cluster
-	logs []*syncBuffer
+	logs []*testutil.SyncBuffer
 }
 
 func startLogged(t *testing.T, opts apitest.Options) *loggedCluster {
@@ -32,7 +32,7 @@ func startLogged(t *testing.T, opts apitest.Options) *loggedCluster {
 	lc := &loggedCluster{}
 	opts.API = func(i int, d *api.Deps) {
 		for len(lc.logs) <= i {
-			lc.logs = append(lc.logs, &syncBuffer{})
+			lc.logs = append(lc.logs, &testutil.SyncBuffer{})
 		}
 		d.Logger = slog.New(slog.NewJSONHandler(lc.logs[i], nil))
 		d.Version = "9.9.9-test"

@@ -312,9 +312,10 @@ func TestPeers_AddOverTLS(t *testing.T) {
 	di, req := c.StartWaiting("node-d")
 	f := c.Nodes[c.Follower()]
 	body, _ := json.Marshal(req)
-	status, answer, err := tlsDo(t, client, http.MethodPost, f.URL+"/v1/cluster/peers", c.Tokens.Admin, string(body))
-	if err != nil || status != http.StatusCreated {
-		t.Fatalf("POST /v1/cluster/peers over https = %d %s, %v; want 201", status, answer, err)
+	added, err := testutil.Do(testutil.Call{Method: http.MethodPost, URL: f.URL + "/v1/cluster/peers", Auth: testutil.Bearer(c.Tokens.Admin),
+		Body: string(body), ContentType: "application/json", Client: client})
+	if err != nil || added.Status != http.StatusCreated {
+		t.Fatalf("POST /v1/cluster/peers over https = %v, %v; want 201", added, err)
 	}
 	testutil.WaitFor(t, "node-d promoted", 15*time.Second, func() bool { return c.Suffrage(c.Leader(), "node-d") == wire.SuffrageVoter })
 	testutil.WaitFor(t, "node-d ready", 10*time.Second, c.Nodes[di].Node.Ready)
@@ -334,9 +335,9 @@ func TestPeers_AddOverTLS(t *testing.T) {
 		}
 	}
 	r := c.Leader()
-	status, answer, err = tlsDo(t, client, http.MethodPost, c.Nodes[r].URL+"/v1/leases/port", c.Tokens.Member, acquireJSON)
-	if err != nil || status != http.StatusCreated {
-		t.Fatalf("acquire with node-d in the quorum = %d %s, %v; want 201", status, answer, err)
+	acquired, err := testutil.Do(clientAcquire(client, c.Nodes[r].URL, c.Tokens.Member))
+	if err != nil || acquired.Status != http.StatusCreated {
+		t.Fatalf("acquire with node-d in the quorum = %v, %v; want 201", acquired, err)
 	}
 }
 
@@ -361,7 +362,7 @@ func TestPeers_Audit(t *testing.T) {
 		{"peers.remove", wire.CodeNotFound, "node-x", 404},
 		{"peers.promote", "ok", follower.Machine, 200},
 	}
-	lines := c.audit.lines(t)
+	lines := c.audit.JSONLines(t)
 	for _, w := range want {
 		found := 0
 		for _, l := range lines {

@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"bytes"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -24,33 +23,19 @@ func tlsOptions() apitest.Options {
 	return o
 }
 
-// tlsDo sends one request with client and reads the answer.
-func tlsDo(t *testing.T, client *http.Client, method, url, token, body string) (int, []byte, error) {
-	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, data, err
+// clientAcquire is an acquire sent to the node at base with client (which
+// holds the TLS settings under test).
+func clientAcquire(client *http.Client, base, token string) testutil.Call {
+	cl := acquireCall(base, token, "", wire.AcquireRequest{Machine: "mbp", Purpose: "web", TTLMs: 60000})
+	cl.Client = client
+	return cl
 }
 
-const acquireJSON = `{"machine":"mbp","purpose":"web","ttlMs":60000}`
+// getCall is a GET of url sent with client, with token's bearer
+// authorization ("" for none).
+func getCall(client *http.Client, url, token string) testutil.Call {
+	return testutil.Call{Method: http.MethodGet, URL: url, Auth: testutil.Bearer(token), Client: client}
+}
 
 // Over HTTPS a follower forwards a write to the leader, verifying the
 // leader's certificate against the CA; a client that does not trust the CA
@@ -62,9 +47,9 @@ func TestServer_HTTPSForwardsToLeader(t *testing.T) {
 		t.Fatalf("follower URL %s, want https", f.URL)
 	}
 	client := c.PKI.HTTPClient("")
-	status, body, err := tlsDo(t, client, http.MethodPost, f.URL+"/v1/leases/port", c.Tokens.Member, acquireJSON)
-	if err != nil || status != http.StatusCreated {
-		t.Fatalf("acquire through follower %s = %d %s, %v; want 201", f.Machine, status, body, err)
+	r, err := testutil.Do(clientAcquire(client, f.URL, c.Tokens.Member))
+	if err != nil || r.Status != http.StatusCreated {
+		t.Fatalf("acquire through follower %s = %v, %v; want 201", f.Machine, r, err)
 	}
 	leader := c.Nodes[c.Leader()]
 	if got := len(leader.Node.FSM().Leases()); got != 1 {
@@ -72,13 +57,13 @@ func TestServer_HTTPSForwardsToLeader(t *testing.T) {
 	}
 
 	untrusting := &http.Client{Transport: &http.Transport{Proxy: nil}}
-	if _, _, err := tlsDo(t, untrusting, http.MethodGet, f.URL+"/v1/primary", "", ""); err == nil {
+	if _, err := testutil.Do(getCall(untrusting, f.URL+"/v1/primary", "")); err == nil {
 		t.Error("GET /v1/primary with a client that does not trust the CA: error = nil, want a verification failure")
 	}
 	plainURL := "http://" + strings.TrimPrefix(f.URL, "https://")
-	status, _, err = tlsDo(t, plainClient, http.MethodGet, plainURL+"/v1/primary", "", "")
-	if err == nil && status == http.StatusOK {
-		t.Errorf("plaintext GET /v1/primary = %d, want a refusal", status)
+	r, err = testutil.Do(getCall(plainClient, plainURL+"/v1/primary", ""))
+	if err == nil && r.Status == http.StatusOK {
+		t.Errorf("plaintext GET /v1/primary = %d, want a refusal", r.Status)
 	}
 }
 
@@ -99,12 +84,12 @@ func TestServer_ForwardRefusesUnverifiedLeader(t *testing.T) {
 	t.Cleanup(func() { _ = ln.Close() })
 
 	before := len(c.Nodes[c.Leader()].Node.FSM().Leases())
-	status, body, err := tlsDo(t, other.HTTPClient(""), http.MethodPost, "https://"+ln.Addr().String()+"/v1/leases/port", c.Tokens.Member, acquireJSON)
+	r, err := testutil.Do(clientAcquire(other.HTTPClient(""), "https://"+ln.Addr().String(), c.Tokens.Member))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if status != http.StatusServiceUnavailable || !bytes.Contains(body, []byte(wire.CodeNoLeader)) {
-		t.Errorf("acquire through a follower that cannot verify the leader = %d %s, want 503 %s", status, body, wire.CodeNoLeader)
+	if r.Status != http.StatusServiceUnavailable || !bytes.Contains(r.Body, []byte(wire.CodeNoLeader)) {
+		t.Errorf("acquire through a follower that cannot verify the leader = %v, want 503 %s", r, wire.CodeNoLeader)
 	}
 	if got := len(c.Nodes[c.Leader()].Node.FSM().Leases()); got != before {
 		t.Errorf("leader holds %d leases, want %d: the forward went through", got, before)
@@ -118,26 +103,26 @@ func TestServer_VerifyClients(t *testing.T) {
 	o.VerifyClients = true
 	c := apitest.Start(t, o)
 	url := c.Nodes[c.Follower()].URL
-	if _, _, err := tlsDo(t, c.PKI.HTTPClient(""), http.MethodGet, url+"/v1/primary", "", ""); err == nil {
+	if _, err := testutil.Do(getCall(c.PKI.HTTPClient(""), url+"/v1/primary", "")); err == nil {
 		t.Error("GET /v1/primary without a client certificate: error = nil, want a refused handshake")
 	}
 	foreign := apitest.NewPKI(t)
 	withForeign := foreign.HTTPClient("mbp")
 	withForeign.Transport.(*http.Transport).TLSClientConfig.RootCAs = c.PKI.HTTPClient("").Transport.(*http.Transport).TLSClientConfig.RootCAs
-	if _, _, err := tlsDo(t, withForeign, http.MethodGet, url+"/v1/primary", "", ""); err == nil {
+	if _, err := testutil.Do(getCall(withForeign, url+"/v1/primary", "")); err == nil {
 		t.Error("GET /v1/primary with a certificate of another CA: error = nil, want a refused handshake")
 	}
 	client := c.PKI.HTTPClient("mbp")
-	if status, body, err := tlsDo(t, client, http.MethodGet, url+"/v1/primary", "", ""); err != nil || status != http.StatusOK {
-		t.Errorf("GET /v1/primary with a client certificate = %d %s, %v; want 200", status, body, err)
+	if r, err := testutil.Do(getCall(client, url+"/v1/primary", "")); err != nil || r.Status != http.StatusOK {
+		t.Errorf("GET /v1/primary with a client certificate = %v, %v; want 200", r, err)
 	}
 	// The certificate does not replace the token.
-	if status, _, err := tlsDo(t, client, http.MethodGet, url+"/v1/leases/port", "", ""); err != nil || status != http.StatusUnauthorized {
-		t.Errorf("GET /v1/leases/port with a certificate and no token = %d, %v; want 401", status, err)
+	if r, err := testutil.Do(getCall(client, url+"/v1/leases/port", "")); err != nil || r.Status != http.StatusUnauthorized {
+		t.Errorf("GET /v1/leases/port with a certificate and no token = %d, %v; want 401", r.Status, err)
 	}
 	// A follower forwards with its own certificate.
-	if status, body, err := tlsDo(t, client, http.MethodPost, url+"/v1/leases/port", c.Tokens.Member, acquireJSON); err != nil || status != http.StatusCreated {
-		t.Errorf("acquire through a follower = %d %s, %v; want 201", status, body, err)
+	if r, err := testutil.Do(clientAcquire(client, url, c.Tokens.Member)); err != nil || r.Status != http.StatusCreated {
+		t.Errorf("acquire through a follower = %v, %v; want 201", r, err)
 	}
 }
 
@@ -146,8 +131,8 @@ func TestServer_VerifyClients(t *testing.T) {
 func TestServer_SetTokens(t *testing.T) {
 	c := apitest.Start(t, clusterOptions())
 	url := c.Nodes[c.Leader()].URL + "/v1/tokens/member"
-	if status, _, _ := tlsDo(t, plainClient, http.MethodGet, url, c.Tokens.Admin, ""); status != http.StatusOK {
-		t.Fatalf("GET with the admin token = %d, want 200", status)
+	if r, err := testutil.Do(getCall(plainClient, url, c.Tokens.Admin)); err != nil || r.Status != http.StatusOK {
+		t.Fatalf("GET with the admin token = %v, %v; want 200", r, err)
 	}
 	fresh := wire.TokensFile{Admin: strings.Repeat("1", 64), Member: strings.Repeat("2", 64), Query: strings.Repeat("3", 64)}
 	for _, n := range c.Nodes {
@@ -157,9 +142,9 @@ func TestServer_SetTokens(t *testing.T) {
 		token string
 		want  int
 	}{{c.Tokens.Admin, http.StatusUnauthorized}, {fresh.Admin, http.StatusOK}, {fresh.Query, http.StatusForbidden}} {
-		status, body, err := tlsDo(t, plainClient, http.MethodGet, url, tc.token, "")
-		if err != nil || status != tc.want {
-			t.Errorf("GET %s with token %.8s… = %d %s, %v; want %d", url, tc.token, status, body, err, tc.want)
+		r, err := testutil.Do(getCall(plainClient, url, tc.token))
+		if err != nil || r.Status != tc.want {
+			t.Errorf("GET %s with token %.8s… = %v, %v; want %d", url, tc.token, r, err, tc.want)
 		}
 	}
 }

@@ -30,7 +30,7 @@ func (r *countingRand) Read(p []byte) (int, error) {
 type observedCluster struct {
 	*apitest.Cluster
 	rand []*countingRand
-	reg  []*prometheus.Registry
+	reg  registries
 }
 
 func startObserved(t *testing.T, opts apitest.Options) *observedCluster {
@@ -57,37 +57,6 @@ func (o *observedCluster) draws() []int64 {
 	return out
 }
 
-// counter returns the value of the counter name with the given label pairs
-// (name, value, …) in node i's registry, 0 when it has no such series.
-func (o *observedCluster) counter(t *testing.T, i int, name string, labels ...string) float64 {
-	t.Helper()
-	families, err := o.reg[i].Gather()
-	if err != nil {
-		t.Fatalf("gather metrics of node %d: %v", i, err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range f.GetMetric() {
-			for k := 0; k+1 < len(labels); k += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == labels[k] && lp.GetValue() == labels[k+1] {
-						found = true
-					}
-				}
-				if !found {
-					continue series
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
-}
-
 // TestServer_FollowerForwardsBeforeHandler checks that a follower forwards a
 // write before its handler runs: it draws no lease id or token secret and
 // decodes no body; the leader does all of it.
@@ -95,7 +64,7 @@ func TestServer_FollowerForwardsBeforeHandler(t *testing.T) {
 	c := startObserved(t, clusterOptions())
 	li, fi := c.Leader(), c.Follower()
 	leader, follower := c.Nodes[li], c.Nodes[fi]
-	forwardsOK := func() float64 { return c.counter(t, fi, "elanous_forwards_total", "result", "ok") }
+	forwardsOK := func() float64 { return c.reg.metric(t, fi, "elanous_forwards_total", "result", "ok") }
 
 	t.Run("acquire and token issue draw on the leader only", func(t *testing.T) {
 		before, forwards := c.draws(), forwardsOK()
@@ -120,18 +89,33 @@ func TestServer_FollowerForwardsBeforeHandler(t *testing.T) {
 	})
 
 	t.Run("a malformed body is judged by the leader", func(t *testing.T) {
-		route := func() float64 {
-			return c.counter(t, li, "elanous_http_requests_total", "route", "/v1/resources/register", "method", "POST", "code", "400")
-		}
-		forwards, leader400 := forwardsOK(), route()
-		r := testutil.Send(t, testutil.Call{Method: http.MethodPost, URL: follower.URL + "/v1/resources/register", Auth: testutil.Bearer(c.Tokens.Member),
-			Body: `{"id":`, ContentType: "application/json"})
-		testutil.WantError(t, "malformed register through the follower", r, http.StatusBadRequest, wire.CodeInvalidRequest)
-		if got := forwardsOK() - forwards; got != 1 {
-			t.Errorf("the follower's elanous_forwards_total{result=ok} rose by %v for a malformed register, want 1: the follower decoded the body itself", got)
-		}
-		if got := route() - leader400; got != 1 {
-			t.Errorf("the leader answered %v malformed registers with 400, want 1", got)
+		// Each body stops mid-document: a follower that decoded it would
+		// answer 400 itself instead of forwarding. The acquire and the token
+		// issue are the writes that draw; a draw on the follower would mean
+		// it got as far as the handler.
+		for _, tc := range []struct {
+			name, path, token, code string
+		}{
+			{"register", "/v1/resources/register", c.Tokens.Member, wire.CodeInvalidRequest},
+			{"acquire", "/v1/leases/port", c.Tokens.Member, wire.CodeInvalidPortLease},
+			{"token issue", "/v1/tokens/member", c.Tokens.Admin, wire.CodeInvalidRequest},
+		} {
+			route := func() float64 {
+				return c.reg.metric(t, li, "elanous_http_requests_total", "route", tc.path, "method", "POST", "code", "400")
+			}
+			draws, forwards, leader400 := c.draws(), forwardsOK(), route()
+			r := testutil.Send(t, testutil.Call{Method: http.MethodPost, URL: follower.URL + tc.path, Auth: testutil.Bearer(tc.token),
+				Body: `{"machine":`, ContentType: "application/json"})
+			testutil.WantError(t, "malformed "+tc.name+" through the follower", r, http.StatusBadRequest, tc.code)
+			if got := forwardsOK() - forwards; got != 1 {
+				t.Errorf("the follower's elanous_forwards_total{result=ok} rose by %v for a malformed %s, want 1: the follower decoded the body itself", got, tc.name)
+			}
+			if got := route() - leader400; got != 1 {
+				t.Errorf("the leader answered %v malformed %s requests with 400, want 1", got, tc.name)
+			}
+			if got := c.draws()[fi] - draws[fi]; got != 0 {
+				t.Errorf("the follower read its random source %d times for a malformed %s, want 0", got, tc.name)
+			}
 		}
 	})
 
@@ -259,7 +243,7 @@ func TestServer_ForwardedWriteAnnouncesCommit(t *testing.T) {
 		applied(fmt.Sprintf("renewal %d", i), testutil.Send(t, leaseCall(http.MethodPost, follower.URL, l.Port, memberToken, l.LeaseID)), http.StatusOK)
 	}
 	applied("release", testutil.Send(t, leaseCall(http.MethodDelete, follower.URL, l.Port, memberToken, l.LeaseID)), http.StatusNoContent)
-	if got := c.counter(t, fi, "elanous_forward_unapplied_total"); got != 0 {
+	if got := c.reg.metric(t, fi, "elanous_forward_unapplied_total"); got != 0 {
 		t.Errorf("elanous_forward_unapplied_total on the follower = %v, want 0", got)
 	}
 }

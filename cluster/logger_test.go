@@ -1,13 +1,12 @@
 package cluster
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
 	"testing"
 
+	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -15,24 +14,8 @@ type stringer struct{}
 
 func (stringer) String() string { return "as-string" }
 
-func jsonLines(t *testing.T, buf *bytes.Buffer) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line %q is not JSON: %v", line, err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
 func TestRaftLogger_WritesThroughSlog(t *testing.T) {
-	var buf bytes.Buffer
+	var buf testutil.SyncBuffer
 	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	h := raftLogger(Config{ID: "node-a", Logger: logger})
 
@@ -43,7 +26,7 @@ func TestRaftLogger_WritesThroughSlog(t *testing.T) {
 		"time", "150ms", "leader-address", "10.0.0.1:31412", "backoff time", "10ms")
 	h.Warn("odd", "dangling")
 
-	lines := jsonLines(t, &buf)
+	lines := buf.JSONLines(t)
 	if len(lines) != 2 {
 		t.Fatalf("got %d lines, want 2 (Trace and Debug are below the handler's level):\n%s", len(lines), buf.String())
 	}
@@ -69,7 +52,7 @@ func TestRaftLogger_WritesThroughSlog(t *testing.T) {
 }
 
 func TestRaftLogger_Levels(t *testing.T) {
-	var buf bytes.Buffer
+	var buf testutil.SyncBuffer
 	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: LevelTrace}))
 	h := raftLogger(Config{ID: "node-a", Logger: logger})
 	if !h.IsTrace() || h.GetLevel() != hclog.Trace {
@@ -82,7 +65,7 @@ func TestRaftLogger_Levels(t *testing.T) {
 	}
 	named.Info("dropped")
 	named.Error("kept")
-	lines := jsonLines(t, &buf)
+	lines := buf.JSONLines(t)
 	if len(lines) != 1 || lines[0]["msg"] != "kept" || lines[0]["level"] != "ERROR" {
 		t.Errorf("lines = %v, want one ERROR line", lines)
 	}

@@ -130,8 +130,8 @@ func TestNode_RestoreReplacesTheStateOnEveryNode(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s lost machine:kept", n.ID())
 		}
-		if min := res.Primary.ClaimedAt + 600_000 - 1_000; kept.ExpiresAt < min {
-			t.Errorf("%s machine:kept expires at %d, before the restore's now + its remaining TTL (≥ %d)", n.ID(), kept.ExpiresAt, min)
+		if earliest := res.Primary.ClaimedAt + 600_000 - 1_000; kept.ExpiresAt < earliest {
+			t.Errorf("%s machine:kept expires at %d, before the restore's now + its remaining TTL (≥ %d)", n.ID(), kept.ExpiresAt, earliest)
 		}
 		l, ok := f.Lease(lease.Port)
 		if !ok || l.LeaseID != lease.LeaseID || l.Fence != lease.Fence || l.Generation != lease.Generation {

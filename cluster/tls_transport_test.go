@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -20,24 +19,6 @@ import (
 	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/hashicorp/raft"
 )
-
-// syncBuffer is a log sink the test reads while nodes write to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // testPKI is a CA and the files of the certificates it issued, in a temp dir.
 type testPKI struct {
@@ -116,7 +97,7 @@ func freeAddrs(t *testing.T, n int) []string {
 type tlsCluster struct {
 	*testCluster
 	pki   *testPKI
-	logs  []*syncBuffer
+	logs  []*testutil.SyncBuffer
 	cands []Candidate
 }
 
@@ -135,7 +116,7 @@ func newTLSCluster(t *testing.T, timeout time.Duration) *tlsCluster {
 			t.Fatal(err)
 		}
 		mem := raft.NewInmemStore()
-		logs := &syncBuffer{}
+		logs := &testutil.SyncBuffer{}
 		cfg := fastConfig(c.Machine, cands)
 		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = timeout, timeout, timeout/2
 		cfg.Stores = &Stores{Logs: mem, Stable: mem, Snapshots: raft.NewInmemSnapshotStore()}
@@ -369,7 +350,7 @@ func TestTLSDialer_RefusesWrongPeerCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	tr, err := newTLSTransport(tlsTransportConfig{BindAddr: addrs[0], Advertise: addrs[0], Certs: store,
 		Peers: func() []Candidate { return cands }, Timeout: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		HCLog: raftLogger(Config{ID: "node-a", Logger: slog.New(slog.DiscardHandler)})})

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -26,13 +25,9 @@ const candidatesKey = "cluster.candidates"
 // advertise set the host must be one another machine can dial: not empty and
 // not an unspecified address such as 0.0.0.0.
 func validAddr(s string, advertise bool) error {
-	host, port, err := net.SplitHostPort(s)
+	host, _, err := wire.SplitHostPort(s)
 	if err != nil {
-		return fmt.Errorf("%q is not host:port: %w", s, err)
-	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n < 1 || n > 65535 {
-		return fmt.Errorf("%q: port must be 1-65535", s)
+		return err
 	}
 	if advertise {
 		if err := advertisable(host); err != nil {
@@ -123,9 +118,9 @@ func (c Config) validateRaft(p *problems) {
 	if err := validAddr(r.Advertise, true); err != nil {
 		p.addErr("raft.advertise", err)
 	}
-	atLeast := func(key string, d, min time.Duration) bool {
-		if d < min {
-			p.add(key, "must be at least %s (got %s)", min, d)
+	atLeast := func(key string, d, least time.Duration) bool {
+		if d < least {
+			p.add(key, "must be at least %s (got %s)", least, d)
 			return false
 		}
 		return true
@@ -228,7 +223,7 @@ func (c Config) validatePorts(p *problems) {
 	for i, port := range pp.Reserved {
 		key := fmt.Sprintf("ports.reserved[%d]", i)
 		switch {
-		case port < 1 || port > 65535:
+		case !wire.ValidPort(port):
 			p.add(key, "port %d must be 1-65535", port)
 		case testOK && pp.Test.Contains(port):
 			p.add(key, "port %d lies in ports.test %d-%d", port, pp.Test.Start, pp.Test.End)
@@ -241,11 +236,11 @@ func (c Config) validatePorts(p *problems) {
 // validBand reports a band's problems under key and whether it is usable.
 func validBand(p *problems, key string, b Band) bool {
 	ok := true
-	if b.Start < 1 || b.Start > 65535 {
+	if !wire.ValidPort(b.Start) {
 		p.add(key+".start", "port %d must be 1-65535", b.Start)
 		ok = false
 	}
-	if b.End < 1 || b.End > 65535 {
+	if !wire.ValidPort(b.End) {
 		p.add(key+".end", "port %d must be 1-65535", b.End)
 		ok = false
 	}

@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -549,8 +547,7 @@ func validCandidate(c Candidate) error {
 	if origin, err := wire.ParseOrigin(c.URL); err != nil || origin != c.URL {
 		return fmt.Errorf("%w: candidate url %q must be an http(s) origin in normal form", ErrInvalidCommand, c.URL)
 	}
-	host, port, err := net.SplitHostPort(c.Raft)
-	if n, perr := strconv.Atoi(port); err != nil || perr != nil || host == "" || n < 1 || n > 65535 {
+	if host, _, err := wire.SplitHostPort(c.Raft); err != nil || host == "" {
 		return fmt.Errorf("%w: candidate raft address %q must be host:port", ErrInvalidCommand, c.Raft)
 	}
 	return nil

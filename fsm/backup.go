@@ -272,7 +272,7 @@ func (doc *document) check() error {
 	}
 	ports := make(map[int]bool, len(doc.Leases))
 	for _, l := range doc.Leases {
-		if l.Port < 1 || l.Port > 65535 || l.ID != fmt.Sprintf("port-lease:%d", l.Port) {
+		if !wire.ValidPort(l.Port) || l.ID != fmt.Sprintf("port-lease:%d", l.Port) {
 			return fmt.Errorf("lease %q on port %d: not a port lease", l.ID, l.Port)
 		}
 		if ports[l.Port] {
@@ -299,7 +299,7 @@ func (doc *document) check() error {
 	}
 	keys := make(map[string]bool, len(doc.Idempotency))
 	for _, rec := range doc.Idempotency {
-		if rec.Key == "" || keys[rec.Key] || rec.Port < 1 || rec.Port > 65535 {
+		if rec.Key == "" || keys[rec.Key] || !wire.ValidPort(rec.Port) {
 			return fmt.Errorf("idempotency record %q: empty, repeated or bad port", rec.Key)
 		}
 		keys[rec.Key] = true

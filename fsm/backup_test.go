@@ -226,12 +226,12 @@ func TestReadBackup_Refuses(t *testing.T) {
 	if _, err := ReadBackup(bytes.NewReader(v1)); err != nil {
 		t.Fatalf("ReadBackup(v1 fixture) error = %v", err)
 	}
-	replace := func(old, new string) string {
+	replace := func(from, to string) string {
 		t.Helper()
-		if !strings.Contains(good, old) {
-			t.Fatalf("the document has no %q", old)
+		if !strings.Contains(good, from) {
+			t.Fatalf("the document has no %q", from)
 		}
-		return strings.Replace(good, old, new, 1)
+		return strings.Replace(good, from, to, 1)
 	}
 	for _, tt := range []struct{ name, doc string }{
 		{"empty", ""},

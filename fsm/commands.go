@@ -233,14 +233,17 @@ func NewBatch(now int64, cmds []Command) (Batch, error) {
 	return b, nil
 }
 
-// batchable reports whether a command of type t may be part of a batch.
+// batchable reports whether a command of type t may be part of a batch, as
+// its command table entry says. The table is a parameter because the batch's
+// own apply function, which is in the table, calls it (an initialization
+// cycle otherwise).
 func batchable(table map[CommandType]commandSpec, t CommandType) error {
-	switch t {
-	case ClaimPrimaryType, SweepType, BatchType, SetFormatType, PutCandidateType, RemoveCandidateType, SetLimitsType:
-		return fmt.Errorf("%w: a %s cannot be part of a batch", ErrInvalidCommand, table[t].name)
-	}
-	if _, ok := table[t]; !ok {
+	sp, ok := table[t]
+	if !ok {
 		return fmt.Errorf("%w: command type %d in a batch is unknown", ErrInvalidCommand, t)
+	}
+	if !sp.inBatch {
+		return fmt.Errorf("%w: a %s cannot be part of a batch", ErrInvalidCommand, sp.name)
 	}
 	return nil
 }

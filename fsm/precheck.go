@@ -22,6 +22,12 @@ func (f *FSM) Precheck(cmd Command, now int64) error {
 	if err := a.authorized(cmd); err != nil {
 		return err
 	}
+	// This switch stays here rather than in the command table: unlike the
+	// table's fields, a precheck is optional and its absence is safe (the
+	// command is proposed and Apply decides), so there is no decision to
+	// force on a new type; and the few cases, which read the state through
+	// the helpers Apply uses (liveResource, heldLease, the quotas) and must
+	// never refuse what Apply accepts, are easier to check side by side.
 	switch c := cmd.(type) {
 	case HeartbeatResource:
 		if err := c.Validate(); err != nil {

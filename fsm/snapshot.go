@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 
+	"github.com/elanous/elanous-node/api/wire"
 	"github.com/google/btree"
 	"github.com/hashicorp/raft"
 )
@@ -213,7 +214,7 @@ func (doc document) state() (*state, error) {
 		st.resources.ReplaceOrInsert(r)
 	}
 	for _, l := range doc.Leases {
-		if l.Port < 1 || l.Port > 65535 {
+		if !wire.ValidPort(l.Port) {
 			return nil, fmt.Errorf("lease on port %d: a port is 1-65535", l.Port)
 		}
 		p := l.PortLease

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"slices"
 
+	"github.com/elanous/elanous-node/api/wire"
 	"github.com/google/btree"
 )
 
@@ -323,7 +324,7 @@ func (st *state) sortedIdem() []idemRecord {
 }
 
 // portSet is a set of ports as a bitmap: 8 KiB for every possible port.
-type portSet [65536 / 64]uint64
+type portSet [(wire.MaxPort + 1) / 64]uint64
 
 func (s *portSet) set(p int)   { s[p>>6] |= 1 << (uint(p) & 63) }
 func (s *portSet) clear(p int) { s[p>>6] &^= 1 << (uint(p) & 63) }

@@ -3,7 +3,8 @@ package fsm
 import "fmt"
 
 // commandSpec is everything the FSM knows about one command type: its name,
-// how its body decodes, how the leader stamps its time and how it applies.
+// how its body decodes, how the leader stamps its time, how it applies and
+// whether a Batch may hold it.
 // The table below is the only place a type is registered; Decode, Encode,
 // Stamp and Apply all go through it, and TestCommandTable walks it.
 type commandSpec struct {
@@ -18,15 +19,40 @@ type commandSpec struct {
 	// ownClock marks a command that sets the cluster time itself instead of
 	// having its Now clamped to at least lastNow (only a claim).
 	ownClock bool
+	// inBatch tells whether a Batch may hold the type (NewBatch and Apply
+	// both ask batchable, which reads it).
+	inBatch bool
 }
+
+// batching is the decision every table entry makes: may a Batch hold the
+// type? It is an argument of define rather than an optional marker like
+// ownClock, so a new type cannot be registered without the decision: a type
+// let into batches by omission would be applied among other commands at one
+// index. The answer is part of the released format: a replica refuses a type
+// it does not allow inside a batch, so changing it would change what an
+// existing log computes.
+type batching bool
+
+const (
+	// batched: the command may travel in a Batch with others (ARCHITECTURE.md,
+	// "The write path", group commit). An acquire is one of them, at most one
+	// per batch (its fence is the entry's index); the leader sends acquires
+	// alone all the same.
+	batched batching = true
+	// alone: a Batch never holds the command. Claims and sweeps drive the
+	// time model, a batch wraps the others, and format, directory and limits
+	// changes are proposed on their own.
+	alone batching = false
+)
 
 // define builds the spec of command type T from its apply method.
 func define[T Command, P interface {
 	*T
 	setNow(int64)
-}](name string, apply func(*applier, T) any) commandSpec {
+}](name string, b batching, apply func(*applier, T) any) commandSpec {
 	return commandSpec{
-		name: name,
+		name:    name,
+		inBatch: bool(b),
 		decode: func(body []byte) (Command, error) {
 			v, err := decodeBody[T](body)
 			if err != nil {
@@ -47,21 +73,21 @@ func define[T Command, P interface {
 // append-only and a number's meaning never changes once released
 // (ARCHITECTURE.md, "Versioned formats"): a new meaning is a new number.
 var commandTable = map[CommandType]commandSpec{
-	RegisterResourceType:  define("register-resource", (*applier).register),
-	HeartbeatResourceType: define("heartbeat-resource", (*applier).heartbeat),
-	DeleteResourceType:    define("delete-resource", (*applier).deleteResource),
-	AcquireLeaseType:      define("acquire-lease", (*applier).acquire),
-	RenewLeaseType:        define("renew-lease", (*applier).renew),
-	ReleaseLeaseType:      define("release-lease", (*applier).release),
-	IssueTokenType:        define("issue-token", (*applier).issueToken),
-	RevokeTokenType:       define("revoke-token", (*applier).revokeToken),
-	ClaimPrimaryType:      ownClock(define("claim-primary", (*applier).claim)),
-	SweepType:             define("sweep", (*applier).sweep),
-	BatchType:             define("batch", (*applier).batch),
-	SetFormatType:         define("set-format", (*applier).setFormat),
-	PutCandidateType:      define("put-candidate", (*applier).putCandidate),
-	RemoveCandidateType:   define("remove-candidate", (*applier).removeCandidate),
-	SetLimitsType:         define("set-limits", (*applier).setLimits),
+	RegisterResourceType:  define("register-resource", batched, (*applier).register),
+	HeartbeatResourceType: define("heartbeat-resource", batched, (*applier).heartbeat),
+	DeleteResourceType:    define("delete-resource", batched, (*applier).deleteResource),
+	AcquireLeaseType:      define("acquire-lease", batched, (*applier).acquire),
+	RenewLeaseType:        define("renew-lease", batched, (*applier).renew),
+	ReleaseLeaseType:      define("release-lease", batched, (*applier).release),
+	IssueTokenType:        define("issue-token", batched, (*applier).issueToken),
+	RevokeTokenType:       define("revoke-token", batched, (*applier).revokeToken),
+	ClaimPrimaryType:      ownClock(define("claim-primary", alone, (*applier).claim)),
+	SweepType:             define("sweep", alone, (*applier).sweep),
+	BatchType:             define("batch", alone, (*applier).batch),
+	SetFormatType:         define("set-format", alone, (*applier).setFormat),
+	PutCandidateType:      define("put-candidate", alone, (*applier).putCandidate),
+	RemoveCandidateType:   define("remove-candidate", alone, (*applier).removeCandidate),
+	SetLimitsType:         define("set-limits", alone, (*applier).setLimits),
 }
 
 // ownClock marks a spec whose apply function sets the cluster time itself: a

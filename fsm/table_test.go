@@ -169,6 +169,52 @@ func TestCommandTable(t *testing.T) {
 			t.Errorf("sampleCommands() has a sample of type %d, which is not in the command table", typ)
 		}
 	}
+
+	// Whether a Batch may hold a type is part of the format (a replica
+	// refuses the others inside a batch), so the answer of every type is
+	// pinned here: a new type must be added with its decision.
+	wantBatchable := map[CommandType]bool{
+		RegisterResourceType:  true,
+		HeartbeatResourceType: true,
+		DeleteResourceType:    true,
+		AcquireLeaseType:      true,
+		RenewLeaseType:        true,
+		ReleaseLeaseType:      true,
+		IssueTokenType:        true,
+		RevokeTokenType:       true,
+		ClaimPrimaryType:      false,
+		SweepType:             false,
+		BatchType:             false,
+		SetFormatType:         false,
+		PutCandidateType:      false,
+		RemoveCandidateType:   false,
+		SetLimitsType:         false,
+	}
+	for typ, sp := range commandTable {
+		want, ok := wantBatchable[typ]
+		if !ok {
+			t.Errorf("type %d (%s) has no pinned batch decision in TestCommandTable", typ, sp.name)
+			continue
+		}
+		if sp.inBatch != want || Batchable(typ) != want {
+			t.Errorf("type %d (%s): inBatch %v, Batchable %v, want %v", typ, sp.name, sp.inBatch, Batchable(typ), want)
+		}
+		err := batchable(commandTable, typ)
+		if want && err != nil {
+			t.Errorf("batchable(%s) = %v, want nil", sp.name, err)
+		}
+		if !want && !errors.Is(err, ErrInvalidCommand) {
+			t.Errorf("batchable(%s) = %v, want %v", sp.name, err, ErrInvalidCommand)
+		}
+	}
+	for typ := range wantBatchable {
+		if _, ok := commandTable[typ]; !ok {
+			t.Errorf("type %d has a pinned batch decision but is not in the command table", typ)
+		}
+	}
+	if err := batchable(commandTable, 0x7e); !errors.Is(err, ErrInvalidCommand) {
+		t.Errorf("batchable(unknown type) = %v, want %v", err, ErrInvalidCommand)
+	}
 }
 
 // A command type missing from the table cannot be encoded or stamped.

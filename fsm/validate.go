@@ -76,7 +76,7 @@ func (c AcquireLease) Validate() error {
 	if c.TTLMs <= 0 {
 		return bad("ttlMs must be positive")
 	}
-	if c.BandStart <= 0 || c.BandEnd < c.BandStart || c.BandEnd > 65535 {
+	if !wire.ValidPort(c.BandStart) || !wire.ValidPort(c.BandEnd) || c.BandEnd < c.BandStart {
 		return bad("band %d-%d is not valid", c.BandStart, c.BandEnd)
 	}
 	for _, p := range c.Excluded {

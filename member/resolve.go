@@ -149,18 +149,11 @@ func NewResolver(cfg ResolverConfig) (*Resolver, error) {
 	v := &resolverView{replaced: make(chan struct{})}
 	seen := make(map[string]bool, len(cfg.Candidates))
 	for _, c := range cfg.Candidates {
-		if c.Machine != "" {
-			if !wire.ValidCandidate(c.Machine) {
-				return nil, fmt.Errorf("%w %q", ErrInvalidCandidate, c.Machine)
-			}
-			if seen[c.Machine] {
-				return nil, fmt.Errorf("%w %q", ErrDuplicateCandidate, c.Machine)
-			}
-			seen[c.Machine] = true
-		}
-		origin, err := wire.ParseOrigin(c.URL)
+		// A configured candidate may be an address alone: holderIndex then
+		// matches it by the answer's url.
+		origin, err := checkCandidate(seen, c.Machine, c.URL, true)
 		if err != nil {
-			return nil, fmt.Errorf("candidate %q: %w", c.Machine, err)
+			return nil, err
 		}
 		if err := c.Tokens.validate(); err != nil {
 			return nil, fmt.Errorf("candidate %q: %w", c.Machine, err)

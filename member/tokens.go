@@ -252,24 +252,41 @@ func parseJoinCandidates(raw json.RawMessage) ([]Candidate, error) {
 }
 
 // checkJoinCandidates validates learned candidates and normalizes their URLs.
+// Every entry names its machine.
 func checkJoinCandidates(list []wire.JoinCandidate) ([]Candidate, error) {
 	out := make([]Candidate, 0, len(list))
 	seen := make(map[string]bool, len(list))
 	for _, c := range list {
-		if !wire.ValidCandidate(c.Machine) {
-			return nil, fmt.Errorf("%w %q", ErrInvalidCandidate, c.Machine)
-		}
-		if seen[c.Machine] {
-			return nil, fmt.Errorf("%w %q", ErrDuplicateCandidate, c.Machine)
-		}
-		seen[c.Machine] = true
-		origin, err := wire.ParseOrigin(c.URL)
+		origin, err := checkCandidate(seen, c.Machine, c.URL, false)
 		if err != nil {
-			return nil, fmt.Errorf("candidate %q: %w", c.Machine, err)
+			return nil, err
 		}
 		out = append(out, Candidate{Machine: c.Machine, URL: origin})
 	}
 	return out, nil
+}
+
+// checkCandidate is the check every candidate list makes of one entry, the
+// same for a configured list, a join file's and one learned from the
+// cluster: a candidate name (ErrInvalidCandidate) that seen does not hold
+// yet (ErrDuplicateCandidate), which it then records, and a URL that is an
+// http(s) origin (ErrInvalidURL), returned normalized. An entry without a
+// name is refused unless unnamedOK; it is then not compared with the others.
+func checkCandidate(seen map[string]bool, machine, rawURL string, unnamedOK bool) (string, error) {
+	if machine != "" || !unnamedOK {
+		if !wire.ValidCandidate(machine) {
+			return "", fmt.Errorf("%w %q", ErrInvalidCandidate, machine)
+		}
+		if seen[machine] {
+			return "", fmt.Errorf("%w %q", ErrDuplicateCandidate, machine)
+		}
+		seen[machine] = true
+	}
+	origin, err := wire.ParseOrigin(rawURL)
+	if err != nil {
+		return "", fmt.Errorf("candidate %q: %w", machine, err)
+	}
+	return origin, nil
 }
 
 // joinDocument is the join file as written: the TypeScript shape plus the

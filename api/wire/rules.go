@@ -34,20 +34,22 @@ const (
 	MaxIdempotencyKey = 128              // the Idempotency-Key header
 	DefaultBandStart  = 31450            // the default test band leases are drawn from
 	DefaultBandEnd    = 31499
+	MaxPort           = 65535 // ports are 1 up to this (0 is "any" to a listener, never an address)
 )
 
-var (
-	machinePattern   = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]*$`)
-	candidatePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
-	kindPattern      = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
-	hex64Pattern     = regexp.MustCompile(`^[a-f0-9]{64}$`)
-)
-
-// Patterns as text, for messages and help.
+// Patterns as text, for messages and help. The matchers below are compiled
+// from these, so a message always names the pattern that is checked.
 const (
 	MachinePatternText   = `^[a-zA-Z0-9][a-zA-Z0-9._-]*$`
 	CandidatePatternText = `^[a-z0-9][a-z0-9-]{0,31}$`
 	KindPatternText      = `^[a-z][a-z0-9-]{0,31}$`
+)
+
+var (
+	machinePattern   = regexp.MustCompile(MachinePatternText)
+	candidatePattern = regexp.MustCompile(CandidatePatternText)
+	kindPattern      = regexp.MustCompile(KindPatternText)
+	hex64Pattern     = regexp.MustCompile(`^[a-f0-9]{64}$`)
 )
 
 // ValidMachine reports whether name is an acceptable machine name: it matches
@@ -78,15 +80,15 @@ func ValidSHA256(s string) bool { return hex64Pattern.MatchString(s) }
 
 // CheckText refuses an empty (when required), over-long, non-UTF-8 or
 // control-character string; field names it in the message.
-func CheckText(field, s string, max int, required bool) error {
+func CheckText(field, s string, maxLen int, required bool) error {
 	if s == "" {
 		if required {
 			return fmt.Errorf("%s is required", field)
 		}
 		return nil
 	}
-	if len(s) > max {
-		return fmt.Errorf("%s is longer than %d bytes", field, max)
+	if len(s) > maxLen {
+		return fmt.Errorf("%s is longer than %d bytes", field, maxLen)
 	}
 	if !utf8.ValidString(s) {
 		return fmt.Errorf("%s is not valid UTF-8", field)
@@ -123,6 +125,26 @@ func CheckAttrs(attrs map[string]json.RawMessage) error {
 		return fmt.Errorf("attrs are larger than %d bytes", MaxAttrsBytes)
 	}
 	return nil
+}
+
+// ValidPort reports whether p is a port an address may name: 1-65535.
+func ValidPort(p int) bool { return p >= 1 && p <= MaxPort }
+
+// SplitHostPort splits s, a host:port address, into its host and a port of
+// 1-65535. The host may be empty (":31413", a listen address); a caller that
+// needs a host another machine can dial checks it. The port is read as
+// strconv.Atoi reads it, which fsm's Apply relies on: the set of Raft
+// addresses a candidate directory entry may hold must never change.
+func SplitHostPort(s string) (host string, port int, err error) {
+	host, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, fmt.Errorf("%q is not host:port: %w", s, err)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil || !ValidPort(n) {
+		return "", 0, fmt.Errorf("%q: port must be 1-65535", s)
+	}
+	return host, n, nil
 }
 
 // ErrInvalidURL is returned by ParseOrigin for an address that is not an
@@ -165,7 +187,7 @@ func ParseOrigin(raw string) (string, error) {
 	port := u.Port()
 	if port != "" {
 		n, err := strconv.Atoi(port)
-		if err != nil || n < 1 || n > 65535 {
+		if err != nil || !ValidPort(n) {
 			return "", bad("port must be 1-65535")
 		}
 		port = strconv.Itoa(n)

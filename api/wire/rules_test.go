@@ -56,6 +56,65 @@ func TestValidCandidate(t *testing.T) {
 	}
 }
 
+func TestValidPort(t *testing.T) {
+	tests := []struct {
+		port int
+		want bool
+	}{
+		{1, true},
+		{80, true},
+		{31413, true},
+		{65535, true},
+		{0, false},
+		{-1, false},
+		{65536, false},
+		{1 << 31, false},
+	}
+	for _, tt := range tests {
+		if got := ValidPort(tt.port); got != tt.want {
+			t.Errorf("ValidPort(%d) = %v, want %v", tt.port, got, tt.want)
+		}
+	}
+}
+
+func TestSplitHostPort(t *testing.T) {
+	tests := []struct {
+		in      string
+		host    string
+		port    int
+		errPart string // "" means no error
+	}{
+		{in: "10.0.0.1:31412", host: "10.0.0.1", port: 31412},
+		{in: "node-a.example:1", host: "node-a.example", port: 1},
+		{in: "[::1]:65535", host: "::1", port: 65535},
+		{in: ":31413", host: "", port: 31413}, // a listen address: the caller judges the host
+		{in: "0.0.0.0:31413", host: "0.0.0.0", port: 31413},
+		{in: "h:031412", host: "h", port: 31412},
+		{in: "h:+80", host: "h", port: 80}, // strconv.Atoi's reading, which Apply has always used
+		{in: "h:0", errPart: `"h:0": port must be 1-65535`},
+		{in: "h:65536", errPart: `"h:65536": port must be 1-65535`},
+		{in: "h:-1", errPart: "port must be 1-65535"},
+		{in: "h:http", errPart: "port must be 1-65535"},
+		{in: "h:", errPart: "port must be 1-65535"},
+		{in: "31412", errPart: `"31412" is not host:port`},
+		{in: "10.0.0.1", errPart: `"10.0.0.1" is not host:port`},
+		{in: "::1:31412", errPart: "is not host:port"},
+		{in: "", errPart: "is not host:port"},
+	}
+	for _, tt := range tests {
+		host, port, err := SplitHostPort(tt.in)
+		if tt.errPart != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.errPart) {
+				t.Errorf("SplitHostPort(%q) = %q, %d, %v, want an error containing %q", tt.in, host, port, err, tt.errPart)
+			}
+			continue
+		}
+		if err != nil || host != tt.host || port != tt.port {
+			t.Errorf("SplitHostPort(%q) = %q, %d, %v, want %q, %d", tt.in, host, port, err, tt.host, tt.port)
+		}
+	}
+}
+
 func TestParseOrigin(t *testing.T) {
 	tests := []struct {
 		in, want string // want "" means an error

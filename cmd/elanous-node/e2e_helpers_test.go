@@ -246,9 +246,9 @@ func (p *proc) dump(t *testing.T) {
 	t.Helper()
 	stdout, stderr := p.output()
 	tail := func(s string) string {
-		const max = 12 << 10
-		if len(s) > max {
-			return "…" + s[len(s)-max:]
+		const keep = 12 << 10
+		if len(s) > keep {
+			return "…" + s[len(s)-keep:]
 		}
 		return s
 	}

@@ -105,25 +105,6 @@ func isHeartbeat(e postEvent) bool {
 }
 func isRegister(e postEvent) bool { return e.path == "/v1/resources/register" }
 
-// syncBuffer is a goroutine-safe log sink, logged by the test at its end
-// (the member loops must not call t.Log after the test returns).
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // pollClient keeps connections alive: the claim watchers poll every 5 ms.
 func pollClient() *http.Client { return testutil.NewClient(2*time.Second, true) }
 

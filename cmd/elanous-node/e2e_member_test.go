@@ -61,7 +61,7 @@ func memberSurvivesLeaderKill(t *testing.T, follow bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var memberLog syncBuffer
+	var memberLog testutil.SyncBuffer
 	logger := slog.New(slog.NewTextHandler(&memberLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	defer func() { t.Logf("member library log:\n%s", memberLog.String()) }()
 

@@ -17,6 +17,9 @@ import (
 // with a default (local, not consistent) read: register, delete, acquire,
 // release, token issue and revoke, 100 times each. Every read must see its
 // write: a candidate answers a write it forwarded only once it has applied it.
+// The node must have stayed a follower throughout (the same holder and
+// generation at the end as at the start), or the reads were the leader's and
+// proved nothing about forwarding.
 func TestE2E_ReadYourWritesThroughFollower(t *testing.T) {
 	const rounds = 100
 	c := newE2ECluster(t, 3)
@@ -98,6 +101,16 @@ func TestE2E_ReadYourWritesThroughFollower(t *testing.T) {
 		if seen[op] != rounds {
 			t.Errorf("%s: the read right after it on the same follower saw it %d times out of %d, want every time", op, seen[op], rounds)
 		}
+	}
+	// A claim of any later generation, even one that went back to the same
+	// leader, would show here: the generation is the claim's term.
+	end, err := getPrimary(follower.url)
+	if err != nil {
+		t.Fatalf("GET /v1/primary on %s after the writes: %v", follower.id, err)
+	}
+	if end.Holder != primary.Holder || end.Generation != primary.Generation || end.Holder == follower.id {
+		t.Errorf("/v1/primary on %s after the writes = holder %s generation %d, want %s generation %d as at the start: leadership moved, so %s may not have been a follower throughout",
+			follower.id, end.Holder, end.Generation, primary.Holder, primary.Generation, follower.id)
 	}
 	c.checkLogs(leader.proc, follower.proc)
 }

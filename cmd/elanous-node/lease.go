@@ -205,7 +205,7 @@ func parsePorts(raw string) ([]int, error) {
 			continue
 		}
 		p, err := strconv.Atoi(f)
-		if err != nil || p < 1 || p > 65535 {
+		if err != nil || !wire.ValidPort(p) {
 			return nil, fmt.Errorf("--exclude: %q is not a port", f)
 		}
 		out = append(out, p)

@@ -41,7 +41,7 @@ func TestCandidate_LogSchema(t *testing.T) {
 	if err := writeTokensFile(filepath.Join(cfg.Node.DataDir, "control", "tokens.json"), tokens); err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	c, err := startCandidate(cfg, tokens, newLogger(cfg, &out))
 	if err != nil {
 		t.Fatalf("startCandidate() error = %v", err)

@@ -1,6 +1,6 @@
 // Package testutil holds the helpers the tests of every package share:
 // polling with a deadline, HTTP calls to a node and the checks of its
-// answers, and random tokens.
+// answers, random tokens, and a log buffer safe for concurrent writers.
 //
 // It imports only the standard library and api/wire, so the internal tests
 // of any package (cluster's included) can use it without an import cycle.

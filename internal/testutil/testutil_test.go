@@ -203,3 +203,26 @@ func TestStrictUnmarshal(t *testing.T) {
 		t.Errorf("StrictUnmarshal() = %v, %+v, want known", err, p)
 	}
 }
+
+// SyncBuffer takes writes from many goroutines (go test -race checks the
+// locking) and JSONLines reads them back, failing on a line that is not JSON.
+func TestSyncBuffer(t *testing.T) {
+	var b SyncBuffer
+	done := make(chan struct{})
+	for i := range 8 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			fmt.Fprintf(&b, "{\"n\":%d}\n", i)
+		}()
+	}
+	for range 8 {
+		<-done
+	}
+	if got := len(b.JSONLines(t)); got != 8 {
+		t.Fatalf("JSONLines() = %d lines, want 8:\n%s", got, b.String())
+	}
+	b.Write([]byte("\nnot json\n"))
+	if msg := failure(t, func(tb testing.TB) { b.JSONLines(tb) }); !strings.Contains(msg, `"not json" is not JSON`) {
+		t.Fatalf("JSONLines() on a line that is not JSON failed with %q, want the line named", msg)
+	}
+}
