@@ -213,12 +213,12 @@ func New(cfg Config) (*Node, error) {
 	}
 	trans := cfg.Transport
 	if trans == nil {
-		t, err := openTransport(cfg, n.Candidates, n.log)
+		opened, err := openTransport(cfg, n.Candidates, n.log, nil)
 		if err != nil {
 			n.closeStores()
 			return nil, err
 		}
-		trans = t
+		trans = opened.Transport
 	}
 	trans = safeTransport(trans)
 	n.trans = trans
@@ -306,29 +306,49 @@ func openStores(cfg Config) (*Stores, io.Closer, error) {
 	return &Stores{Logs: logs, Stable: bolt, Snapshots: snaps}, bolt, nil
 }
 
+// openedTransport is what openTransport returns.
+type openedTransport struct {
+	raft.Transport
+	// dial connects to a peer's Raft address as the transport does: fast
+	// failover's probe of the leader (failover.go).
+	dial func(addr string, timeout time.Duration) (net.Conn, error)
+	// stream is the plaintext transport's stream layer; nil with TLS.
+	stream *tcpStream
+}
+
 // openTransport opens the TCP transport, or the mutual TLS one when cfg.TLS
 // is set; peers returns the current candidates (the TLS transport asks at
-// every connection, so a change to the set applies to the next one).
-func openTransport(cfg Config, peers func() []Candidate, log *slog.Logger) (raft.Transport, error) {
+// every connection, so a change to the set applies to the next one), and
+// onDrop (when set) hears of every inbound connection whose Read fails.
+func openTransport(cfg Config, peers func() []Candidate, log *slog.Logger, onDrop func()) (openedTransport, error) {
 	if cfg.TLS != nil {
 		t, err := newTLSTransport(tlsTransportConfig{
 			BindAddr: cfg.BindAddr, Advertise: cfg.Advertise, Certs: cfg.TLS, Peers: peers,
-			Timeout: transportTimeout, Logger: log, HCLog: raftLogger(cfg),
+			Timeout: transportTimeout, Logger: log, HCLog: raftLogger(cfg), OnDrop: onDrop,
 		})
 		if err != nil {
-			return nil, err
+			return openedTransport{}, err
 		}
-		return t, nil
+		dial := func(addr string, timeout time.Duration) (net.Conn, error) {
+			return t.dialer.Dial(raft.ServerAddress(addr), timeout)
+		}
+		return openedTransport{Transport: t, dial: dial}, nil
 	}
 	adv, err := net.ResolveTCPAddr("tcp", cfg.Advertise)
 	if err != nil {
-		return nil, fmt.Errorf("raft advertise address %q: %w", cfg.Advertise, err)
+		return openedTransport{}, fmt.Errorf("raft advertise address %q: %w", cfg.Advertise, err)
 	}
-	t, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, adv, 3, transportTimeout, raftLogger(cfg))
+	stream, err := newTCPStream(cfg.BindAddr, adv, onDrop)
 	if err != nil {
-		return nil, fmt.Errorf("raft transport on %s: %w", cfg.BindAddr, err)
+		return openedTransport{}, fmt.Errorf("raft transport on %s: %w", cfg.BindAddr, err)
 	}
-	return t, nil
+	t := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: stream, MaxPool: 3, Timeout: transportTimeout, Logger: raftLogger(cfg),
+	})
+	dial := func(addr string, timeout time.Duration) (net.Conn, error) {
+		return net.DialTimeout("tcp", addr, timeout)
+	}
+	return openedTransport{Transport: t, dial: dial, stream: stream}, nil
 }
 
 // transportTimeout is the Raft transport's I/O deadline per RPC (scaled up

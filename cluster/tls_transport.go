@@ -43,6 +43,9 @@ type tlsTransportConfig struct {
 	Timeout time.Duration // raft's I/O deadline per RPC
 	Logger  *slog.Logger
 	HCLog   hclog.Logger
+	// OnDrop, when set, is called once per admitted connection whose Read
+	// fails (see tcpStream: a dead leader's connections read EOF at once).
+	OnDrop func()
 }
 
 // tlsTransport is the Raft transport over mutual TLS.
@@ -65,6 +68,7 @@ type tlsTransport struct {
 
 	cfg       tlsTransportConfig
 	ln        net.Listener
+	dialer    *tlsDialer
 	serverTLS *tls.Config
 	consumeCh chan raft.RPC
 	done      chan struct{}
@@ -72,8 +76,11 @@ type tlsTransport struct {
 	slots     chan struct{} // handshakes in progress
 	wg        sync.WaitGroup
 
-	mu    sync.Mutex
-	conns map[net.Conn]struct{} // open inbound connections; guarded by mu; nil once closed
+	mu sync.Mutex
+	// conns are the open connections, inbound and dialed, by their raw TCP
+	// connection; guarded by mu; nil once closed. Close closes them all, so
+	// a closed transport looks from outside as a dead process does.
+	conns map[net.Conn]struct{}
 }
 
 // newTLSTransport listens on cfg.BindAddr and returns the transport.
@@ -98,9 +105,9 @@ func newTLSTransport(cfg tlsTransportConfig) (*tlsTransport, error) {
 		slots:     make(chan struct{}, maxHandshakes),
 		conns:     map[net.Conn]struct{}{},
 	}
-	dialer := &tlsDialer{addr: adv, t: t, closed: make(chan struct{})}
+	t.dialer = &tlsDialer{addr: adv, t: t, closed: make(chan struct{})}
 	t.NetworkTransport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: dialer, MaxPool: 3, Timeout: cfg.Timeout, Logger: cfg.HCLog,
+		Stream: t.dialer, MaxPool: 3, Timeout: cfg.Timeout, Logger: cfg.HCLog,
 	})
 	t.wg.Add(1)
 	go t.accept()
@@ -131,8 +138,8 @@ func (t *tlsTransport) Close() error {
 	return nil
 }
 
-// track registers an open inbound connection; it reports false (and the
-// caller closes the connection) once the transport is closed.
+// track registers an open connection, inbound or dialed; it reports false
+// (and the caller closes the connection) once the transport is closed.
 func (t *tlsTransport) track(c net.Conn) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -304,10 +311,20 @@ func peerMachine(leaf *x509.Certificate, cands []Candidate) (string, error) {
 // it stops) stops its relay.
 type inboundConn struct {
 	*tls.Conn
-	raw    net.Conn
-	t      *tlsTransport
-	once   sync.Once
-	closed chan struct{}
+	raw      net.Conn
+	t        *tlsTransport
+	once     sync.Once
+	dropOnce sync.Once
+	closed   chan struct{}
+}
+
+// Read reports the first failure to OnDrop.
+func (c *inboundConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil && c.t.cfg.OnDrop != nil {
+		c.dropOnce.Do(c.t.cfg.OnDrop)
+	}
+	return n, err
 }
 
 func (c *inboundConn) Close() error {
@@ -387,6 +404,11 @@ func (d *tlsDialer) Dial(address raft.ServerAddress, timeout time.Duration) (net
 	if machine == "" {
 		return nil, fmt.Errorf("dial %s: %w", address, ErrUnknownPeerAddress)
 	}
+	select {
+	case <-d.t.done:
+		return nil, fmt.Errorf("dial %s: %w", address, net.ErrClosed)
+	default:
+	}
 	raw, err := net.DialTimeout("tcp", string(address), timeout)
 	if err != nil {
 		return nil, err
@@ -410,5 +432,24 @@ func (d *tlsDialer) Dial(address raft.ServerAddress, timeout time.Duration) (net
 		return nil, fmt.Errorf("dial %s (%s): %w", machine, address, err)
 	}
 	_ = raw.SetDeadline(time.Time{})
-	return conn, nil
+	if !d.t.track(raw) {
+		_ = conn.Close()
+		return nil, fmt.Errorf("dial %s: %w", address, net.ErrClosed)
+	}
+	return &dialedConn{Conn: conn, raw: raw, t: d.t}, nil
+}
+
+// dialedConn is an outgoing connection; it forgets itself in the transport
+// when closed.
+type dialedConn struct {
+	*tls.Conn
+	raw  net.Conn
+	t    *tlsTransport
+	once sync.Once
+}
+
+func (c *dialedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { c.t.untrack(c.raw) })
+	return err
 }

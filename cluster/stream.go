@@ -1,0 +1,155 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// tcpStream is the stream layer of the plaintext Raft transport: raft's
+// TCPStreamLayer, plus two things it lacks.
+//
+//   - Every accepted connection reports, once, the first Read that fails
+//     (onDrop). A leader's process that dies has its sockets closed by the
+//     kernel, so its followers read EOF or a reset on the connections it made
+//     to them at once, long before their heartbeat timers run out; fast
+//     failover (failover.go) starts from that report.
+//   - Close closes every connection the layer accepted or dialed, and later
+//     dials fail. raft's NetworkTransport.Close closes only the listener, so
+//     a closed transport kept its pooled connections and the handlers of
+//     inbound ones blocked in Read until the peer closed them. With this
+//     Close, a closed transport looks from outside as a dead process does.
+type tcpStream struct {
+	ln        net.Listener
+	advertise net.Addr
+	onDrop    func() // nil: no reports
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{} // open connections; guarded by mu; nil once closed
+}
+
+// newTCPStream listens on bind and returns the stream layer; advertise must
+// be a dialable TCP address (raft puts it in every RPC header).
+func newTCPStream(bind string, advertise *net.TCPAddr, onDrop func()) (*tcpStream, error) {
+	if advertise.IP == nil || advertise.IP.IsUnspecified() {
+		return nil, fmt.Errorf("raft advertise address %s is not dialable", advertise)
+	}
+	ln, err := net.Listen("tcp", bind)
+	if err != nil {
+		return nil, err
+	}
+	return &tcpStream{ln: ln, advertise: advertise, onDrop: onDrop, conns: map[net.Conn]struct{}{}}, nil
+}
+
+// Accept returns the next inbound connection, wrapped to report a failed Read.
+func (s *tcpStream) Accept() (net.Conn, error) {
+	c, err := s.ln.Accept()
+	if err != nil {
+		return nil, err
+	}
+	conn := c
+	if s.onDrop != nil {
+		conn = &watchedConn{Conn: c, onDrop: s.onDrop}
+	}
+	if !s.track(conn) {
+		_ = c.Close()
+		return nil, net.ErrClosed
+	}
+	return &trackedConn{Conn: conn, s: s}, nil
+}
+
+// Dial connects to a peer; it fails once the layer is closed.
+func (s *tcpStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	if s.isClosed() {
+		return nil, fmt.Errorf("dial %s: %w", address, net.ErrClosed)
+	}
+	c, err := net.DialTimeout("tcp", string(address), timeout)
+	if err != nil {
+		return nil, err
+	}
+	if !s.track(c) {
+		_ = c.Close()
+		return nil, fmt.Errorf("dial %s: %w", address, net.ErrClosed)
+	}
+	return &trackedConn{Conn: c, s: s}, nil
+}
+
+// Close closes the listener and every open connection.
+func (s *tcpStream) Close() error {
+	err := s.ln.Close()
+	s.mu.Lock()
+	conns := s.conns
+	s.conns = nil
+	s.mu.Unlock()
+	for c := range conns {
+		_ = c.Close()
+	}
+	return err
+}
+
+// Addr is the advertised address (raft's RPC headers carry it).
+func (s *tcpStream) Addr() net.Addr { return s.advertise }
+
+func (s *tcpStream) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns == nil
+}
+
+// track registers an open connection; false once the layer is closed.
+func (s *tcpStream) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns == nil {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *tcpStream) untrack(c net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns != nil {
+		delete(s.conns, c)
+	}
+}
+
+// trackedConn forgets itself in its layer when closed.
+type trackedConn struct {
+	net.Conn
+	s    *tcpStream
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { c.s.untrack(c.Conn) })
+	return err
+}
+
+// watchedConn calls onDrop at the first Read that fails: the peer closed or
+// reset the connection, or this side closed it.
+type watchedConn struct {
+	net.Conn
+	onDrop func()
+	once   sync.Once
+}
+
+func (c *watchedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil {
+		c.once.Do(c.onDrop)
+	}
+	return n, err
+}
+
+// isTimeout reports whether err is a network timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
