@@ -26,6 +26,11 @@ type health struct {
 	// up (see probeHealth).
 	AppliedIndex  uint64 `json:"appliedIndex"`
 	LastContactMs *int64 `json:"lastContactMs,omitempty"`
+	// LastLogTerm and LastLogIndex are this node's last Raft log entry:
+	// after a leader's process dies, the survivors compare them to agree on
+	// which of them stands last, and wins (cluster's fast failover).
+	LastLogTerm  *uint64 `json:"lastLogTerm,omitempty"`
+	LastLogIndex *uint64 `json:"lastLogIndex,omitempty"`
 }
 
 // probeFormat asks candidate c's /v1/health which format level its build

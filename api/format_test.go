@@ -22,6 +22,9 @@ func TestServer_FormatLevel(t *testing.T) {
 			// Progress, for the leader's membership maintenance (peers_test.go).
 			AppliedIndex  uint64 `json:"appliedIndex"`
 			LastContactMs *int64 `json:"lastContactMs"`
+			// The last log entry, for fast failover's order of the survivors.
+			LastLogTerm  *uint64 `json:"lastLogTerm"`
+			LastLogIndex *uint64 `json:"lastLogIndex"`
 		}
 		r := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: n.URL + "/v1/health"})
 		testutil.WantStatus(t, "GET /v1/health", r, http.StatusOK)

@@ -222,12 +222,17 @@ func (s *Server) probeHealth(ctx context.Context, c cluster.Candidate) (cluster.
 	if h.Machine != c.Machine {
 		return cluster.ServerHealth{}, fmt.Errorf("probe %s: %s answered", c.Machine, h.Machine)
 	}
-	if h.LastContactMs == nil {
-		// A build that does not report its progress: it cannot be judged
-		// caught up.
-		return cluster.ServerHealth{AppliedIndex: h.AppliedIndex, LastContact: -1}, nil
+	// A build that does not report its progress cannot be judged caught up
+	// (LastContact -1); one that does not report its last log entry is left
+	// out of fast failover's order (LastLogKnown false).
+	out := cluster.ServerHealth{AppliedIndex: h.AppliedIndex, LastContact: -1}
+	if h.LastContactMs != nil {
+		out.LastContact = time.Duration(*h.LastContactMs) * time.Millisecond
 	}
-	return cluster.ServerHealth{AppliedIndex: h.AppliedIndex, LastContact: time.Duration(*h.LastContactMs) * time.Millisecond}, nil
+	if h.LastLogTerm != nil && h.LastLogIndex != nil {
+		out.LastLogTerm, out.LastLogIndex, out.LastLogKnown = *h.LastLogTerm, *h.LastLogIndex, true
+	}
+	return out, nil
 }
 
 // healthProgress fills the progress fields of /v1/health.
@@ -235,4 +240,6 @@ func (s *Server) healthProgress(h *health) {
 	h.AppliedIndex = s.node.FSM().AppliedIndex()
 	ms := lastContactMs(s.node.LastContact())
 	h.LastContactMs = &ms
+	term, index := s.node.LastLog()
+	h.LastLogTerm, h.LastLogIndex = &term, &index
 }

@@ -122,14 +122,20 @@ func TestPeers_List(t *testing.T) {
 		return nil
 	})
 
-	// /v1/health tells the leader how far a node has applied the log.
+	// /v1/health tells the leader how far a node has applied the log, and
+	// the survivors of a dead leader where each one's log ends.
 	r = testutil.Send(t, testutil.JSONCall(http.MethodGet, c.Nodes[follower].URL+"/v1/health", "", nil))
 	var h struct {
-		AppliedIndex  uint64 `json:"appliedIndex"`
-		LastContactMs *int64 `json:"lastContactMs"`
+		AppliedIndex  uint64  `json:"appliedIndex"`
+		LastContactMs *int64  `json:"lastContactMs"`
+		LastLogTerm   *uint64 `json:"lastLogTerm"`
+		LastLogIndex  *uint64 `json:"lastLogIndex"`
 	}
 	if err := json.Unmarshal(r.Body, &h); err != nil || h.AppliedIndex == 0 || h.LastContactMs == nil || *h.LastContactMs < 0 {
 		t.Errorf("GET /v1/health = %s, want appliedIndex and lastContactMs", r)
+	}
+	if h.LastLogTerm == nil || h.LastLogIndex == nil || *h.LastLogTerm == 0 || *h.LastLogIndex < h.AppliedIndex {
+		t.Errorf("GET /v1/health = %s, want lastLogTerm and a lastLogIndex at least appliedIndex", r)
 	}
 }
 

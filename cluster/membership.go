@@ -85,6 +85,12 @@ type ServerHealth struct {
 	// LastContact is the time since it last heard from a leader: 0 on a
 	// leader, negative when it never did.
 	LastContact time.Duration
+	// LastLogTerm and LastLogIndex are its last log entry (Node.LastLog),
+	// which fast failover compares; LastLogKnown is false for a build that
+	// does not report them.
+	LastLogTerm  uint64
+	LastLogIndex uint64
+	LastLogKnown bool
 }
 
 // HealthProbe asks the server of candidate c how far it has applied the log

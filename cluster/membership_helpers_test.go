@@ -41,7 +41,9 @@ func (p *probes) probe(_ context.Context, c Candidate) (ServerHealth, error) {
 	case n == nil:
 		return ServerHealth{}, fmt.Errorf("probe: no node %s", c.Machine)
 	}
-	return ServerHealth{AppliedIndex: n.FSM().AppliedIndex(), LastContact: n.LastContact()}, nil
+	term, index := n.LastLog()
+	return ServerHealth{AppliedIndex: n.FSM().AppliedIndex(), LastContact: n.LastContact(),
+		LastLogTerm: term, LastLogIndex: index, LastLogKnown: true}, nil
 }
 
 // register makes the probe answer for n.

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/elanous/elanous-node/fsm"
@@ -60,6 +61,22 @@ func (n *Node) LastContact() time.Duration {
 		return -1
 	}
 	return time.Since(last)
+}
+
+// LastLog returns the term and index of this node's last log entry, or of
+// its latest snapshot when that is further: what raft's vote check compares
+// (raft's getLastEntry). raft tells the last entry's term only in Stats.
+func (n *Node) LastLog() (term, index uint64) {
+	st := n.raft.Stats()
+	u := func(k string) uint64 {
+		v, _ := strconv.ParseUint(st[k], 10, 64)
+		return v
+	}
+	li, si := u("last_log_index"), u("last_snapshot_index")
+	if li < si {
+		return u("last_snapshot_term"), si
+	}
+	return u("last_log_term"), li
 }
 
 // Server is one entry of the Raft configuration.
