@@ -95,6 +95,12 @@ type Config struct {
 	// MaxLag is how many entries a server may have applied fewer than the
 	// leader and still count as caught up; default 256.
 	MaxLag uint64
+	// FastFailover makes a follower whose leader's process died (its Raft
+	// address refuses connections) stand for election as soon as raft's
+	// rules allow, in an order shared with the other survivors
+	// (failover.go). It needs the TCP or TLS transport (not Transport) and,
+	// to order the survivors by their logs, a HealthProbe.
+	FastFailover bool
 
 	// WallClock is read once per election won; default the system clock.
 	WallClock func() time.Time
@@ -155,10 +161,13 @@ func (c *Config) setDefaults() {
 
 // Node is one candidate's Raft node and its state machine.
 type Node struct {
-	cfg    Config
-	fsm    *fsm.FSM
-	raft   *raft.Raft
-	trans  raft.Transport
+	cfg   Config
+	fsm   *fsm.FSM
+	raft  *raft.Raft
+	trans raft.Transport
+	// stream is the plaintext transport's stream layer (nil with TLS or
+	// Config.Transport); tests close it as a process death would.
+	stream *tcpStream
 	stores *Stores
 	closer []io.Closer
 	log    *slog.Logger
@@ -175,6 +184,7 @@ type Node struct {
 	announce announcer
 	members  members
 	ops      opsState
+	failover failover
 
 	mu          sync.Mutex
 	probe       FormatProbe // guarded by mu
@@ -199,6 +209,7 @@ func New(cfg Config) (*Node, error) {
 		healthProbe: cfg.HealthProbe,
 		stop:        make(chan struct{}),
 	}
+	n.failover.kick = make(chan struct{}, 1)
 	if _, ok := n.configured(cfg.ID); !ok {
 		return nil, fmt.Errorf("node %q is not among the candidates", cfg.ID)
 	}
@@ -213,12 +224,19 @@ func New(cfg Config) (*Node, error) {
 	}
 	trans := cfg.Transport
 	if trans == nil {
-		opened, err := openTransport(cfg, n.Candidates, n.log, nil)
+		var onDrop func()
+		if cfg.FastFailover {
+			onDrop = n.connDropped
+		}
+		opened, err := openTransport(cfg, n.Candidates, n.log, onDrop)
 		if err != nil {
 			n.closeStores()
 			return nil, err
 		}
-		trans = opened.Transport
+		trans, n.stream = opened.Transport, opened.stream
+		if onDrop != nil {
+			n.failover.dial = opened.dial
+		}
 	}
 	trans = safeTransport(trans)
 	n.trans = trans
@@ -276,6 +294,17 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.wg.Add(1)
 	go n.watchLeadership()
+	switch {
+	case n.failover.dial == nil:
+	case cfg.HeartbeatTimeout-time.Millisecond < cfg.LeaderLeaseTimeout:
+		// raft refuses a heartbeat timeout below the lease timeout, so
+		// there is nothing to shorten.
+		n.log.Info("fast failover off: the heartbeat timeout is not above the leader lease timeout",
+			"heartbeat_timeout", cfg.HeartbeatTimeout, "leader_lease_timeout", cfg.LeaderLeaseTimeout)
+	default:
+		n.wg.Add(1)
+		go n.watchLeaderConns()
+	}
 	return n, nil
 }
 

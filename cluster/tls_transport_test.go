@@ -101,7 +101,10 @@ type tlsCluster struct {
 	cands []Candidate
 }
 
-func newTLSCluster(t *testing.T, timeout time.Duration) *tlsCluster {
+// newTLSCluster starts a tlsCluster with heartbeat and election timeout
+// timeout (the lease half of it); each tweak applies to every node's Config
+// before New.
+func newTLSCluster(t *testing.T, timeout time.Duration, tweaks ...func(*Config)) *tlsCluster {
 	t.Helper()
 	pki := newTestPKI(t)
 	addrs := freeAddrs(t, 3)
@@ -122,6 +125,9 @@ func newTLSCluster(t *testing.T, timeout time.Duration) *tlsCluster {
 		cfg.Stores = &Stores{Logs: mem, Stable: mem, Snapshots: raft.NewInmemSnapshotStore()}
 		cfg.BindAddr, cfg.Advertise, cfg.TLS = c.Raft, c.Raft, store
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		for _, tw := range tweaks {
+			tw(&cfg)
+		}
 		node, err := New(cfg)
 		if err != nil {
 			t.Fatalf("New(%s) error = %v", c.Machine, err)
