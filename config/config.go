@@ -73,6 +73,11 @@ type RaftConfig struct {
 	// MaxBatch is the most commands one group-commit entry carries
 	// (raft.max_batch; 1 turns group commit off).
 	MaxBatch int `mapstructure:"max_batch"`
+	// FastFailover lets a follower whose leader's process died (its Raft
+	// address refuses connections) stand for election as soon as raft's
+	// rules allow, in an order shared with the other survivors
+	// (raft.fast_failover; cluster.Config.FastFailover).
+	FastFailover bool `mapstructure:"fast_failover"`
 }
 
 // BindAddr returns the address the Raft transport listens on: Addr when set,
@@ -201,6 +206,7 @@ func Default() Config {
 			LogCache:           1024,
 			NoFreelistSync:     true,
 			MaxBatch:           64,
+			FastFailover:       true,
 		},
 		Cluster: ClusterConfig{Bootstrap: true},
 		Ports: PortsConfig{

@@ -194,6 +194,7 @@ func setDefaults(v *viper.Viper, d Config) {
 	v.SetDefault("raft.log_cache", d.Raft.LogCache)
 	v.SetDefault("raft.no_freelist_sync", d.Raft.NoFreelistSync)
 	v.SetDefault("raft.max_batch", d.Raft.MaxBatch)
+	v.SetDefault("raft.fast_failover", d.Raft.FastFailover)
 
 	v.SetDefault("cluster.bootstrap", d.Cluster.Bootstrap)
 	v.SetDefault("cluster.candidates", candidateMaps(d.Cluster.Candidates))

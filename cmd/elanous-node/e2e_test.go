@@ -277,6 +277,15 @@ func TestE2E_LeaderKill(t *testing.T) {
 	if after.Holder == killed.id {
 		t.Fatalf("new primary is the killed node %s", killed.id)
 	}
+	// raft.fast_failover (on by default): each survivor saw the leader's
+	// connections drop and its Raft port refuse, and stood in its turn
+	// rather than waiting for its heartbeat timeout.
+	for _, nd := range survivors {
+		if _, stderr := nd.proc.output(); !strings.Contains(stderr, "hurrying the election") {
+			t.Errorf("survivor %s did not hurry the election after the leader's SIGKILL (fast failover)", nd.id)
+			logElection(t, nd.proc)
+		}
+	}
 
 	// The survivors accept writes; the resources and leases written before
 	// the kill renew (under their lease ids) through either of them.

@@ -84,8 +84,8 @@ func startCandidate(cfg config.Config, tokens wire.TokensFile, logger *slog.Logg
 		SnapshotThreshold: cfg.Raft.SnapshotThreshold, SnapshotInterval: cfg.Raft.SnapshotInterval,
 		TrailingLogs: cfg.Raft.TrailingLogs, MaxAppendEntries: cfg.Raft.MaxAppendEntries,
 		BatchApply: cfg.Raft.BatchApply, LogCache: cfg.Raft.LogCache, NoFreelistSync: cfg.Raft.NoFreelistSync,
-		MaxBatch: cfg.Raft.MaxBatch,
-		Grace:    cfg.Raft.GraceOrDefault(), TLS: store,
+		MaxBatch: cfg.Raft.MaxBatch, FastFailover: cfg.Raft.FastFailover,
+		Grace: cfg.Raft.GraceOrDefault(), TLS: store,
 		Logger: logger,
 	})
 	if err != nil {
