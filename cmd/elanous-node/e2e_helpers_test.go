@@ -304,11 +304,13 @@ type e2eCluster struct {
 	caFile string
 }
 
-// e2eTimeouts are the Raft timings the test clusters run with: the
-// fast-failover setting the README recommends where a 2 s failover bound
-// matters. With the 500 ms defaults failover measured 0.66–1.56 s over 60
-// kills, but a pre-vote refused by a survivor that has not yet timed out costs
-// a whole randomized election timeout, and 2 of about 100 kills took 2.0 s.
+// e2eTimeouts are the Raft timings the test clusters run with: the short
+// timeouts the README recommends where a 2 s failover bound matters even when
+// nothing refuses (a dead machine, a partition; raft.fast_failover covers only
+// a dead process). With the 500 ms defaults and no fast failover, failover
+// measured 0.66–1.56 s over 60 kills, but a pre-vote refused by a survivor that
+// has not yet timed out costs a whole randomized election timeout, and 2 of
+// about 100 kills took 2.0 s.
 const (
 	e2eHeartbeat   = 300 * time.Millisecond
 	e2eElection    = 300 * time.Millisecond
