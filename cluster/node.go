@@ -348,7 +348,8 @@ type openedTransport struct {
 // openTransport opens the TCP transport, or the mutual TLS one when cfg.TLS
 // is set; peers returns the current candidates (the TLS transport asks at
 // every connection, so a change to the set applies to the next one), and
-// onDrop (when set) hears of every inbound connection whose Read fails.
+// onDrop (when set) hears of every inbound connection whose Read or Write
+// fails.
 func openTransport(cfg Config, peers func() []Candidate, log *slog.Logger, onDrop func()) (openedTransport, error) {
 	if cfg.TLS != nil {
 		t, err := newTLSTransport(tlsTransportConfig{

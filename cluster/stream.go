@@ -13,8 +13,8 @@ import (
 // tcpStream is the stream layer of the plaintext Raft transport: raft's
 // TCPStreamLayer, plus two things it lacks.
 //
-//   - Every accepted connection reports, once, the first Read that fails
-//     (onDrop). A leader's process that dies has its sockets closed by the
+//   - Every accepted connection reports, once, the first Read or Write that
+//     fails (onDrop). A leader's process that dies has its sockets closed by the
 //     kernel, so its followers read EOF or a reset on the connections it made
 //     to them at once, long before their heartbeat timers run out; fast
 //     failover (failover.go) starts from that report.
@@ -132,8 +132,12 @@ func (c *trackedConn) Close() error {
 	return err
 }
 
-// watchedConn calls onDrop at the first Read that fails: the peer closed or
-// reset the connection, or this side closed it.
+// watchedConn calls onDrop at the first Read or Write that fails: the peer
+// closed or reset the connection, or this side closed it. Both count: raft
+// reads the next request only once it has answered the last, so a peer that
+// dies while its request is being served shows only in the answer's Write
+// (raft's "failed to flush response"), and the handler closes the
+// connection without reading again.
 type watchedConn struct {
 	net.Conn
 	onDrop func()
@@ -142,6 +146,14 @@ type watchedConn struct {
 
 func (c *watchedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
+	if err != nil {
+		c.once.Do(c.onDrop)
+	}
+	return n, err
+}
+
+func (c *watchedConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
 	if err != nil {
 		c.once.Do(c.onDrop)
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // TestTCPStream_DropsAndClose: an accepted connection reports its first
-// failed Read once, and Close closes every connection, accepted or dialed,
+// failed Read or Write once, and Close closes every connection, accepted or dialed,
 // and refuses later dials, as a dead process would.
 func TestTCPStream_DropsAndClose(t *testing.T) {
 	addrs := freeAddrs(t, 1)
@@ -49,6 +49,29 @@ func TestTCPStream_DropsAndClose(t *testing.T) {
 	}
 	if got := drops.Load(); got != 1 {
 		t.Errorf("a peer's close reported %d drops, want 1", got)
+	}
+	in.Close()
+
+	// A peer that dies while its request is served shows only in the
+	// answer's Write: raft reads no more after a failed flush.
+	peer, err = net.Dial("tcp", addrs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	in = accept()
+	peer.Close()
+	var werr error
+	for range 100 { // the first writes may land in the socket buffer before the reset comes back
+		if _, werr = in.Write([]byte("answer")); werr != nil {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if werr == nil {
+		t.Fatal("Write() to a closed peer kept succeeding")
+	}
+	if got := drops.Load(); got != 2 {
+		t.Errorf("a failed Write reported %d drops in all, want 2", got)
 	}
 	in.Close()
 

@@ -44,7 +44,8 @@ type tlsTransportConfig struct {
 	Logger  *slog.Logger
 	HCLog   hclog.Logger
 	// OnDrop, when set, is called once per admitted connection whose Read
-	// fails (see tcpStream: a dead leader's connections read EOF at once).
+	// or Write fails (see tcpStream: a dead leader's connections fail at
+	// once).
 	OnDrop func()
 }
 
@@ -318,13 +319,23 @@ type inboundConn struct {
 	closed   chan struct{}
 }
 
-// Read reports the first failure to OnDrop.
+// Read and Write report the first failure to OnDrop (see watchedConn).
 func (c *inboundConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
+	c.dropped(err)
+	return n, err
+}
+
+func (c *inboundConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.dropped(err)
+	return n, err
+}
+
+func (c *inboundConn) dropped(err error) {
 	if err != nil && c.t.cfg.OnDrop != nil {
 		c.dropOnce.Do(c.t.cfg.OnDrop)
 	}
-	return n, err
 }
 
 func (c *inboundConn) Close() error {
