@@ -248,8 +248,15 @@ func TestFastFailover_DeadLeaderProcess(t *testing.T) {
 	}
 
 	tc.kill(leader)
-	next := tc.readyLeader(leader)
 	survivors := survivorsOf(tc, leader)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, i := range survivors {
+				t.Logf("%s:\n%s", tc.nodes[i].ID(), logs[i])
+			}
+		}
+	})
+	next := tc.readyLeader(leader)
 	testutil.WaitFor(t, "every survivor hurried its election and restored its heartbeat timeout", 10*time.Second, func() bool {
 		for _, i := range survivors {
 			n := tc.nodes[i]
@@ -261,11 +268,6 @@ func TestFastFailover_DeadLeaderProcess(t *testing.T) {
 		return true
 	})
 	t.Logf("%s died, %s leads", tc.nodes[leader].ID(), tc.nodes[next].ID())
-	if t.Failed() {
-		for _, i := range survivors {
-			t.Logf("%s:\n%s", tc.nodes[i].ID(), logs[i])
-		}
-	}
 	// The new leader serves.
 	mustPropose(t, tc.nodes[next], fsm.IssueToken{Machine: "after", SHA256: fmt.Sprintf("%064x", 99)})
 }
