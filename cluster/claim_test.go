@@ -2,8 +2,11 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,14 +128,91 @@ func firstReady(t *testing.T, n *Node) <-chan fsm.Primary {
 	return out
 }
 
+// ownClaim is a node's own ClaimPrimary as it reached the node's state
+// machine.
+type ownClaim struct {
+	node  int
+	claim fsm.ClaimPrimary
+}
+
+// claimGate watches, through Config.beforeApply, each node's state machine
+// reach a claim of its own (the node leads and is about to apply its claim).
+// Until armed it does nothing, so the first election goes by; once armed it
+// records every such claim and, if it holds, keeps the claim from being
+// applied until open: the node has won and its claim is committed, yet it
+// has not applied it. A test that holds must open it before the cluster's
+// Close (which a held state machine blocks): defer open right away.
+type claimGate struct {
+	hold    bool
+	armed   atomic.Bool
+	release chan struct{}
+	opened  sync.Once
+	mu      sync.Mutex
+	claims  []ownClaim
+}
+
+func newClaimGate(hold bool) *claimGate {
+	return &claimGate{hold: hold, release: make(chan struct{})}
+}
+
+// install sets node i's hook.
+func (g *claimGate) install(i int, c *Config) {
+	id := c.ID
+	c.beforeApply = func(l *raft.Log) {
+		if !g.armed.Load() || l.Type != raft.LogCommand {
+			return
+		}
+		cmd, known, err := fsm.Decode(l.Data)
+		claim, ok := cmd.(fsm.ClaimPrimary)
+		if err != nil || !known || !ok || claim.Holder != id {
+			return
+		}
+		g.mu.Lock()
+		g.claims = append(g.claims, ownClaim{node: i, claim: claim})
+		g.mu.Unlock()
+		if g.hold {
+			<-g.release
+		}
+	}
+}
+
+func (g *claimGate) arm()  { g.armed.Store(true) }
+func (g *claimGate) open() { g.opened.Do(func() { close(g.release) }) }
+
+// first waits for the first claim recorded since the gate was armed of node
+// i, or of any node if i is -1.
+func (g *claimGate) first(t *testing.T, i int) ownClaim {
+	t.Helper()
+	var c ownClaim
+	testutil.WaitFor(t, "a new leader's claim to reach its state machine", 10*time.Second, func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		for _, rc := range g.claims {
+			if i < 0 || rc.node == i {
+				c = rc
+				return true
+			}
+		}
+		return false
+	})
+	return c
+}
+
 // A new leader's ClaimPrimary comes after every entry of the previous term:
 // its index is above the old leader's last acknowledged entry, the state it
 // rebases holds every record of that term, and the new leader accepts writes
-// only once its claim is applied. The old leader is cut off right after its last
-// acknowledgement, so the survivors learn that the last entries are committed
-// only from the new leader: they may not have applied them when it wins.
+// only once its claim is applied: its claim is held back, committed but not
+// applied, and meanwhile the leader refuses every write as not ready. The
+// old leader is cut off right after its last acknowledgement, so the
+// survivors learn that the last entries are committed only from the new
+// leader: they may not have applied them when it wins.
 func TestNode_ClaimFollowsThePreviousTerm(t *testing.T) {
-	tc := newTestCluster(t, 3, slowTimeouts(300*time.Millisecond, 150*time.Millisecond))
+	gate := newClaimGate(true)
+	defer gate.open() // deferred calls run before the cluster's cleanup
+	tc := newTestCluster(t, 3, func(i int, c *Config) {
+		slowTimeouts(300*time.Millisecond, 150*time.Millisecond)(i, c)
+		gate.install(i, c)
+	})
 	li := tc.readyLeader()
 	pt := tc.writePreviousTerm(li)
 	ready := map[int]<-chan fsm.Primary{}
@@ -141,6 +221,7 @@ func TestNode_ClaimFollowsThePreviousTerm(t *testing.T) {
 			ready[i] = firstReady(t, n)
 		}
 	}
+	gate.arm()
 	tc.isolate(li)
 	for i, n := range tc.nodes {
 		if i != li {
@@ -148,8 +229,33 @@ func TestNode_ClaimFollowsThePreviousTerm(t *testing.T) {
 		}
 	}
 
+	// The winner's claim is committed and held before its state machine
+	// applies it: the winner must not serve yet.
+	held := gate.first(t, -1)
+	next := tc.nodes[held.node]
+	if _, err := next.readyLeadership(); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("%s with its claim unapplied: readyLeadership() error = %v, want ErrNotReady", next.ID(), err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := next.Propose(ctx, acquire("before-claim", 60_000)); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("%s with its claim unapplied: Propose() error = %v, want ErrNotReady", next.ID(), err)
+	}
+	if err := next.ReadIndex(ctx); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("%s with its claim unapplied: ReadIndex() error = %v, want ErrNotReady", next.ID(), err)
+	}
+	if next.Ready() {
+		t.Fatalf("%s with its claim unapplied: Ready() = true", next.ID())
+	}
+	if p := next.FSM().Primary(); p.Generation > pt.term {
+		t.Fatalf("%s applied claim %+v while it was held", next.ID(), p)
+	}
+	gate.open()
+
 	ni := tc.readyLeader(li)
-	next := tc.nodes[ni]
+	if ni != held.node {
+		t.Fatalf("ready leader is %s, want %s, whose claim was held", tc.nodes[ni].ID(), next.ID())
+	}
 	p := next.FSM().Primary()
 	if p.Holder != next.ID() || p.Generation <= pt.term {
 		t.Fatalf("Primary() on the new leader = %+v, want %s's claim in a term after %d", p, next.ID(), pt.term)
