@@ -133,6 +133,9 @@ func firstReady(t *testing.T, n *Node) <-chan fsm.Primary {
 type ownClaim struct {
 	node  int
 	claim fsm.ClaimPrimary
+	// wall is the node's wall clock (Config.WallClock, Unix ms) at that
+	// moment, read after the claim was stamped: its latest possible time.
+	wall int64
 }
 
 // claimGate watches, through Config.beforeApply, each node's state machine
@@ -155,9 +158,13 @@ func newClaimGate(hold bool) *claimGate {
 	return &claimGate{hold: hold, release: make(chan struct{})}
 }
 
-// install sets node i's hook.
+// install sets node i's hook; it must be the last tweak of its Config, so
+// that it reads the node's own wall clock.
 func (g *claimGate) install(i int, c *Config) {
-	id := c.ID
+	id, clock := c.ID, c.WallClock
+	if clock == nil {
+		clock = systemWallClock // what setDefaults gives the node
+	}
 	c.beforeApply = func(l *raft.Log) {
 		if !g.armed.Load() || l.Type != raft.LogCommand {
 			return
@@ -168,7 +175,7 @@ func (g *claimGate) install(i int, c *Config) {
 			return
 		}
 		g.mu.Lock()
-		g.claims = append(g.claims, ownClaim{node: i, claim: claim})
+		g.claims = append(g.claims, ownClaim{node: i, claim: claim, wall: clock().UnixMilli()})
 		g.mu.Unlock()
 		if g.hold {
 			<-g.release
@@ -198,14 +205,30 @@ func (g *claimGate) first(t *testing.T, i int) ownClaim {
 	return c
 }
 
+// checkClaimTime fails the test unless claim p was stamped with the new
+// leader's own clock: not before its wall clock read before the election
+// (before), and not after the moment its claim reached its state machine
+// (c.wall), allowing only the rounding to milliseconds.
+func checkClaimTime(t *testing.T, p fsm.Primary, c ownClaim, before int64) {
+	t.Helper()
+	if c.claim.Now != p.ClaimedAt {
+		t.Errorf("the claim entry is stamped %d, the applied claim says %d", c.claim.Now, p.ClaimedAt)
+	}
+	if p.ClaimedAt < before || p.ClaimedAt > c.wall+1 {
+		t.Errorf("claim stamped %d, want within the new leader's wall clock over the election [%d, %d]: %+d ms after it",
+			p.ClaimedAt, before, c.wall, p.ClaimedAt-c.wall)
+	}
+}
+
 // A new leader's ClaimPrimary comes after every entry of the previous term:
 // its index is above the old leader's last acknowledged entry, the state it
 // rebases holds every record of that term, and the new leader accepts writes
 // only once its claim is applied: its claim is held back, committed but not
 // applied, and meanwhile the leader refuses every write as not ready. The
-// old leader is cut off right after its last acknowledgement, so the
-// survivors learn that the last entries are committed only from the new
-// leader: they may not have applied them when it wins.
+// claim carries the new leader's clock at the time. The old leader is cut
+// off right after its last acknowledgement, so the survivors learn that the
+// last entries are committed only from the new leader: they may not have
+// applied them when it wins.
 func TestNode_ClaimFollowsThePreviousTerm(t *testing.T) {
 	gate := newClaimGate(true)
 	defer gate.open() // deferred calls run before the cluster's cleanup
@@ -216,9 +239,11 @@ func TestNode_ClaimFollowsThePreviousTerm(t *testing.T) {
 	li := tc.readyLeader()
 	pt := tc.writePreviousTerm(li)
 	ready := map[int]<-chan fsm.Primary{}
+	before := map[int]int64{} // each survivor's wall clock before the election
 	for i, n := range tc.nodes {
 		if i != li {
 			ready[i] = firstReady(t, n)
+			before[i] = n.cfg.WallClock().UnixMilli()
 		}
 	}
 	gate.arm()
@@ -263,6 +288,7 @@ func TestNode_ClaimFollowsThePreviousTerm(t *testing.T) {
 	if p.Index <= pt.lastIndex {
 		t.Fatalf("claim index = %d, want above the previous term's last acknowledged entry %d", p.Index, pt.lastIndex)
 	}
+	checkClaimTime(t, p, held, before[ni])
 	checkRebased(t, next, pt, p, next.cfg.Grace)
 	select {
 	case first := <-ready[ni]:
