@@ -107,6 +107,14 @@ type Config struct {
 	// Logger receives the node's lines (with node=<ID>, component=cluster)
 	// and raft's own (component=raft); default: discard.
 	Logger *slog.Logger
+
+	// beforeApply, when set, is called on raft's FSM goroutine with each log
+	// entry before the state machine applies it; while it runs the node
+	// applies nothing. It is a test seam: this package's tests hold an entry
+	// back with it (a claim committed but not applied, claim_test.go). Being
+	// unexported, nothing outside the package can set it, and when it is nil
+	// New hands raft the state machine exactly as without it.
+	beforeApply func(*raft.Log)
 }
 
 // Stores are the three raft stores of a node.
@@ -270,7 +278,11 @@ func New(cfg Config) (*Node, error) {
 		n.closeAll()
 		return nil, fmt.Errorf("inspect raft state: %w", err)
 	}
-	r, err := raft.NewRaft(rc, restoreTracker{FSM: n.fsm, ops: &n.ops}, stores.Logs, stores.Stable, stores.Snapshots, trans)
+	var sm raft.FSM = restoreTracker{FSM: n.fsm, ops: &n.ops}
+	if cfg.beforeApply != nil {
+		sm = hookedFSM{FSM: sm, before: cfg.beforeApply}
+	}
+	r, err := raft.NewRaft(rc, sm, stores.Logs, stores.Stable, stores.Snapshots, trans)
 	if err != nil {
 		n.closeAll()
 		return nil, fmt.Errorf("start raft: %w", err)
@@ -306,6 +318,19 @@ func New(cfg Config) (*Node, error) {
 		go n.watchLeaderConns()
 	}
 	return n, nil
+}
+
+// hookedFSM is the state machine with Config.beforeApply run before each
+// entry (tests only).
+type hookedFSM struct {
+	raft.FSM
+	before func(*raft.Log)
+}
+
+// Apply runs the hook, then applies the entry.
+func (h hookedFSM) Apply(l *raft.Log) any {
+	h.before(l)
+	return h.FSM.Apply(l)
 }
 
 func openStores(cfg Config) (*Stores, io.Closer, error) {

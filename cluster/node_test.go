@@ -78,17 +78,43 @@ func TestNode_ProposeReturnsDomainErrors(t *testing.T) {
 	}
 }
 
+// A due lease expires on every node through a Sweep the leader commits, and
+// the Sweep carries the leader's present time, not a later one: a lease with
+// a minute left is held everywhere once the short one is gone, and no node's
+// cluster time is ahead of the wall clock. (The leader's clock is its wall
+// clock at the win plus monotonic time since, so only slew over the test
+// can part them; sweepSlack covers it.)
 func TestNode_SweepExpiresThroughLog(t *testing.T) {
+	const sweepSlack = 100 * time.Millisecond
 	tc := newTestCluster(t, 3, nil)
 	leader := tc.nodes[tc.readyLeader()]
-	if _, err := leader.Propose(context.Background(), acquire("o1", 150)); err != nil {
-		t.Fatalf("Propose(acquire) error = %v", err)
+	ctx := context.Background()
+	res, err := leader.Propose(ctx, acquire("o1", 150))
+	if err != nil {
+		t.Fatalf("Propose(acquire short) error = %v", err)
 	}
+	short := res.Value.(fsm.PortLease)
+	if res, err = leader.Propose(ctx, acquire("o2", 60_000)); err != nil {
+		t.Fatalf("Propose(acquire long) error = %v", err)
+	}
+	long, longIndex := res.Value.(fsm.PortLease), res.Index
 	for _, n := range tc.nodes {
+		// Both grants applied (the long one is the later entry), then the
+		// short one gone: a lagging node that lacks it does not count.
 		testutil.WaitFor(t, "lease swept on every node", 5*time.Second, func() bool {
-			_, ok := n.FSM().Lease(31450)
-			return !ok
+			_, ok := n.FSM().Lease(short.Port)
+			return n.FSM().AppliedIndex() >= longIndex && !ok
 		})
+		// Read the cluster time before the wall clock it is compared with.
+		lastNow := n.FSM().LastNow()
+		wall := time.Now().UnixMilli()
+		if l, ok := n.FSM().Lease(long.Port); !ok || l.LeaseID != long.LeaseID {
+			t.Errorf("%s: the lease on port %d with a minute left is gone once the short one was swept (cluster time %d, wall clock %d)",
+				n.ID(), long.Port, lastNow, wall)
+		}
+		if lastNow > wall+sweepSlack.Milliseconds() {
+			t.Errorf("%s: cluster time %d is %d ms ahead of the wall clock %d: a Sweep stamped the future", n.ID(), lastNow, lastNow-wall, wall)
+		}
 	}
 }
 

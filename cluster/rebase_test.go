@@ -26,9 +26,11 @@ func TestNode_ClaimRebasesOntoASkewedClock(t *testing.T) {
 			// Each node's wall clock is the system clock plus its offset; a
 			// node reads it once per election won.
 			offsets := make([]atomic.Int64, 3)
+			gate := newClaimGate(false) // it only notes when the new leader's claim reaches its state machine
 			tc := newTestCluster(t, 3, func(i int, c *Config) {
 				slowTimeouts(300*time.Millisecond, 150*time.Millisecond)(i, c)
 				c.WallClock = func() time.Time { return time.Now().Add(time.Duration(offsets[i].Load())) }
+				gate.install(i, c)
 			})
 			li := tc.readyLeader()
 			for i := range offsets {
@@ -37,6 +39,13 @@ func TestNode_ClaimRebasesOntoASkewedClock(t *testing.T) {
 				}
 			}
 			pt := tc.writePreviousTerm(li)
+			before := map[int]int64{} // each survivor's skewed wall clock before the election
+			for i, n := range tc.nodes {
+				if i != li {
+					before[i] = n.cfg.WallClock().UnixMilli()
+				}
+			}
+			gate.arm()
 			tc.isolate(li)
 
 			ni := tc.readyLeader(li)
@@ -45,6 +54,7 @@ func TestNode_ClaimRebasesOntoASkewedClock(t *testing.T) {
 			if p.Holder != next.ID() || p.Generation <= pt.term {
 				t.Fatalf("Primary() on the new leader = %+v, want %s's claim in a term after %d", p, next.ID(), pt.term)
 			}
+			checkClaimTime(t, p, gate.first(t, ni), before[ni])
 			// The claim carries the new leader's skewed clock. A minute of
 			// slack for the failover itself; the skew is an hour or more.
 			if jump := time.Duration(p.ClaimedAt-pt.lastNow) * time.Millisecond; jump < tt.skew-time.Minute || jump > tt.skew+time.Minute {

@@ -82,19 +82,7 @@ type view struct {
 func (f *FSM) view() (view, uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	st := f.st
-	return view{
-		resources: st.resources.Clone(),
-		leases:    st.sortedLeases(),
-		tokens:    st.sortedTokens(),
-		idem:      st.sortedIdem(),
-		cands:     st.sortedCandidates(),
-		limits:    st.limits,
-		primary:   st.primary,
-		format:    st.format,
-		lastNow:   st.lastNow,
-		indexes:   st.indexes,
-	}, f.applied
+	return viewOf(f.st), f.applied
 }
 
 // write encodes the view as the snapshot document, record by record, without

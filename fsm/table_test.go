@@ -4,19 +4,30 @@ import (
 	"bytes"
 	"errors"
 	"go/ast"
+	goconstant "go/constant"
 	"go/parser"
 	"go/token"
-	"os"
+	"go/types"
+	"maps"
+	pathpkg "path"
 	"path/filepath"
 	"reflect"
-	"strconv"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// declaredTypes parses the package's own source for every constant declared
-// as a CommandType, so a type number added without a table entry is caught
-// even before anyone writes a sample for it.
+// declaredTypes type-checks the package's own source (its non-test files)
+// and returns every constant of type CommandType, whatever its initializer
+// (a literal, an expression of other constants, iota), so a type number
+// added without a table entry is caught even before anyone writes a sample
+// for it.
+//
+// Only the package's own declarations matter, so every import is an empty
+// stand-in (type-checking raft and its dependencies from source takes
+// seconds). What the package takes from an import does not resolve; those
+// errors are ignored, unless a constant that involves CommandType is left
+// without a type: a type number must never go unseen.
 func declaredTypes(t *testing.T) map[string]CommandType {
 	t.Helper()
 	files, err := filepath.Glob("*.go")
@@ -24,42 +35,79 @@ func declaredTypes(t *testing.T) map[string]CommandType {
 		t.Fatal(err)
 	}
 	fset := token.NewFileSet()
-	out := map[string]CommandType{}
+	var parsed []*ast.File
 	for _, name := range files {
 		if strings.HasSuffix(name, "_test.go") {
 			continue
 		}
-		src, err := os.ReadFile(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := parser.ParseFile(fset, name, src, 0)
+		f, err := parser.ParseFile(fset, name, nil, 0)
 		if err != nil {
 			t.Fatalf("parse %s: %v", name, err)
 		}
-		ast.Inspect(f, func(n ast.Node) bool {
-			vs, ok := n.(*ast.ValueSpec)
-			if !ok {
-				return true
-			}
-			if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "CommandType" {
-				return true
-			}
-			for i, v := range vs.Values {
-				lit, ok := v.(*ast.BasicLit)
-				if !ok || lit.Kind != token.INT {
-					continue
+		parsed = append(parsed, f)
+	}
+	info := &types.Info{Defs: map[*ast.Ident]types.Object{}, Uses: map[*ast.Ident]types.Object{}}
+	conf := types.Config{Importer: stubImporter{}, Error: func(error) {}}
+	pkg, _ := conf.Check("github.com/elanous/elanous-node/fsm", fset, parsed, info)
+	commandType, ok := pkg.Scope().Lookup("CommandType").(*types.TypeName)
+	if !ok {
+		t.Fatal("the package declares no type CommandType")
+	}
+	// involves reports whether an expression names CommandType or one of
+	// its constants.
+	involves := func(e ast.Expr) bool {
+		found := false
+		ast.Inspect(e, func(n ast.Node) bool {
+			if id, ok := n.(*ast.Ident); ok {
+				if obj := info.Uses[id]; obj != nil && (obj == commandType || types.Identical(obj.Type(), commandType.Type())) {
+					found = true
 				}
-				n, err := strconv.ParseUint(lit.Value, 0, 8)
-				if err != nil {
-					t.Fatalf("%s: constant %s = %s: %v", name, vs.Names[i].Name, lit.Value, err)
-				}
-				out[vs.Names[i].Name] = CommandType(n)
 			}
-			return true
+			return !found
 		})
+		return found
+	}
+
+	out := map[string]CommandType{}
+	for _, f := range parsed {
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok || gd.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for _, id := range vs.Names {
+					c, ok := info.Defs[id].(*types.Const)
+					if !ok { // the blank identifier
+						continue
+					}
+					pos := fset.Position(id.Pos())
+					if types.Identical(c.Type(), commandType.Type()) {
+						n, exact := goconstant.Uint64Val(c.Val())
+						if !exact || n > 0xff {
+							t.Fatalf("%s: constant %s = %s is not a type number", pos, id.Name, c.Val())
+						}
+						out[id.Name] = CommandType(n)
+						continue
+					}
+					if c.Type() == types.Typ[types.Invalid] && (vs.Type != nil && involves(vs.Type) || slices.ContainsFunc(vs.Values, involves)) {
+						t.Fatalf("%s: constant %s involves CommandType, but its value does not resolve without its imports", pos, id.Name)
+					}
+				}
+			}
+		}
 	}
 	return out
+}
+
+// stubImporter gives each import an empty package of that path.
+type stubImporter struct{}
+
+func (stubImporter) Import(path string) (*types.Package, error) {
+	p := types.NewPackage(path, pathpkg.Base(path))
+	p.MarkComplete()
+	return p, nil
 }
 
 // TestCommandTable proves that every command type is registered once and
@@ -75,7 +123,8 @@ func TestCommandTable(t *testing.T) {
 		samples[cmd.Type()] = cmd
 	}
 
-	for name, typ := range declaredTypes(t) {
+	declared := declaredTypes(t)
+	for name, typ := range declared {
 		switch typ {
 		case reservedType, SkipBit:
 			if _, ok := commandTable[typ]; ok {
@@ -85,6 +134,12 @@ func TestCommandTable(t *testing.T) {
 		}
 		if _, ok := commandTable[typ]; !ok {
 			t.Errorf("command type %s (%d) is declared but not in the command table", name, typ)
+		}
+	}
+	// The other way round, which also proves the scan sees the constants.
+	for typ, sp := range commandTable {
+		if !slices.Contains(slices.Collect(maps.Values(declared)), typ) {
+			t.Errorf("type %d (%s) is in the command table but no CommandType constant names it", typ, sp.name)
 		}
 	}
 

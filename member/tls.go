@@ -3,12 +3,13 @@ package member
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/elanous/elanous-node/api/wire"
 )
 
 // ErrPlaintextURL is returned for a request to an http:// address by a
@@ -85,29 +86,12 @@ func (h httpsOnly) CloseIdleConnections() {
 	}
 }
 
-// ParseCA decodes every PEM certificate of data into a pool; it fails with
-// ErrInvalidCA when there is none or one does not parse.
+// ParseCA decodes every PEM certificate of data into a pool (wire.ParseCAs);
+// it fails with ErrInvalidCA when there is none or one does not parse.
 func ParseCA(data []byte) (*x509.CertPool, error) {
-	pool := x509.NewCertPool()
-	n := 0
-	for rest := data; ; {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalidCA, err)
-		}
-		pool.AddCert(c)
-		n++
-	}
-	if n == 0 {
-		return nil, fmt.Errorf("%w: no PEM certificate", ErrInvalidCA)
+	pool, err := wire.ParseCAs(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidCA, err)
 	}
 	return pool, nil
 }

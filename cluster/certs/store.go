@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +11,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/elanous/elanous-node/api/wire"
 )
 
 // Files names the PEM files of a node or client: the configuration keys
@@ -145,31 +146,9 @@ func intermediates(cert tls.Certificate) *x509.CertPool {
 }
 
 // ParseCAs decodes every PEM certificate in data into a pool. It fails when
-// there is none or one does not parse.
-func ParseCAs(data []byte) (*x509.CertPool, error) {
-	pool := x509.NewCertPool()
-	n := 0
-	for rest := data; ; {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		if block.Type != pemCertificate {
-			continue
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("parse CA certificate: %w", err)
-		}
-		pool.AddCert(c)
-		n++
-	}
-	if n == 0 {
-		return nil, errors.New("no PEM certificate found")
-	}
-	return pool, nil
-}
+// there is none or one does not parse (wire.ParseCAs, the rule every client
+// applies to a CA bundle too).
+func ParseCAs(data []byte) (*x509.CertPool, error) { return wire.ParseCAs(data) }
 
 // ServerConfig returns the configuration of a TLS listener. Every handshake
 // takes the store's current certificate and CA (GetConfigForClient), so a

@@ -10,7 +10,7 @@ import (
 )
 
 func TestRunBench_EveryOp(t *testing.T) {
-	c := apitest.Start(t, apitest.Options{Timeout: 300 * time.Millisecond})
+	c := apitest.Start(t, apitest.Options{Timeout: 500 * time.Millisecond}) // the production timeouts: steady under -race on a loaded machine
 	var urls []string
 	for _, n := range c.Nodes {
 		urls = append(urls, n.URL)

@@ -117,18 +117,21 @@ type claimSeen struct {
 }
 
 // claimWatch polls GET /v1/cluster/status of some nodes every 5 ms and
-// records, per node, when its applied claim first has a generation above gen.
+// records, per node, when its applied claim first has a generation above
+// gen and a holder other than exclude (see arm).
 type claimWatch struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	seen   map[string]claimSeen // guarded by mu
-	polled map[string]int       // polls answered, guarded by mu
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	gen     uint64               // guarded by mu
+	exclude string               // guarded by mu
+	seen    map[string]claimSeen // guarded by mu
+	polled  map[string]int       // polls answered, guarded by mu
 }
 
 func (c *e2eCluster) watchClaims(nodes []*e2eNode, gen uint64) *claimWatch {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &claimWatch{cancel: cancel, seen: map[string]claimSeen{}, polled: map[string]int{}}
+	w := &claimWatch{cancel: cancel, gen: gen, seen: map[string]claimSeen{}, polled: map[string]int{}}
 	hc := pollClient()
 	for _, nd := range nodes {
 		w.wg.Go(func() {
@@ -144,10 +147,8 @@ func (c *e2eCluster) watchClaims(nodes []*e2eNode, gen uint64) *claimWatch {
 					if json.Unmarshal(r.Body, &st) == nil && r.Status == http.StatusOK {
 						w.mu.Lock()
 						w.polled[nd.id]++
-						if st.Primary.Generation > gen {
+						if _, done := w.seen[nd.id]; !done && st.Primary.Generation > w.gen && st.Primary.Holder != w.exclude {
 							w.seen[nd.id] = claimSeen{at: at, prevSent: prevSent, claim: st.Primary, polls: w.polled[nd.id]}
-							w.mu.Unlock()
-							return
 						}
 						w.mu.Unlock()
 						prevSent = sent
@@ -161,6 +162,17 @@ func (c *e2eCluster) watchClaims(nodes []*e2eNode, gen uint64) *claimWatch {
 		})
 	}
 	return w
+}
+
+// arm forgets what was seen and from now on waits for a claim above gen whose
+// holder is not exclude. Call it right before a fault, with the generation
+// the cluster is at then: a loaded machine may have re-elected the same
+// leader since the watch started, and that claim is not the failover.
+func (w *claimWatch) arm(gen uint64, exclude string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.gen, w.exclude = gen, exclude
+	w.seen = map[string]claimSeen{}
 }
 
 // polls returns how many answers the watcher got from node id so far.

@@ -175,8 +175,14 @@ func memberSurvivesLeaderKill(t *testing.T, follow bool) {
 		e2eCall(http.MethodGet, fmt.Sprintf("%s/v1/leases/port/%d", leader.url, lease.Port), c.tokens.Query, nil),
 		http.StatusOK))
 
-	// SIGKILL the leader.
+	// SIGKILL the leader, at the generation it leads now (a loaded machine
+	// may have re-elected it since the start).
 	killed := leader
+	now, err := getPrimary(killed.url)
+	if err != nil || !now.Known || now.Holder != killed.id {
+		t.Fatalf("GET /v1/primary on %s before the kill = %+v, %v; want it to lead", killed.id, now, err)
+	}
+	claims.arm(now.Generation, killed.id)
 	killedAt := time.Now()
 	killed.proc.kill(t)
 	t.Logf("SIGKILL of %s took %s to reap", killed.id, time.Since(killedAt).Round(time.Millisecond))

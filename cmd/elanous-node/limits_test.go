@@ -33,7 +33,7 @@ func runLimitsCLI(ctx context.Context, args ...string) (string, string, error) {
 // limits get and set against a real cluster: set changes only the quotas
 // named, keeps the others, and status shows the quotas in force.
 func TestLimitsCmd(t *testing.T) {
-	c := apitest.Start(t, apitest.Options{Timeout: 300 * time.Millisecond})
+	c := apitest.Start(t, apitest.Options{Timeout: 500 * time.Millisecond}) // the production timeouts: steady under -race on a loaded machine
 	for _, n := range c.Nodes {
 		c.WaitFor(n.Machine+" at format 2", 10*time.Second, func() bool { return n.Node.FSM().Format() >= 2 })
 	}
