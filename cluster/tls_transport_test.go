@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -174,6 +175,38 @@ func (tc *tlsCluster) converged() {
 	})
 }
 
+// quiesced waits until the cluster writes nothing more of its own: every node
+// holds the same log and has applied all of it, and so it stays for a few
+// polls. A new leader follows its claim with entries of its own (the
+// candidate directory, the format level), so a picture taken just after
+// converged may still have one in flight.
+func (tc *tlsCluster) quiesced() {
+	tc.t.Helper()
+	var prev []snapshot
+	steady := 0
+	testutil.WaitFor(tc.t, "the cluster quiet, every node at the same applied log", 15*time.Second, func() bool {
+		s := tc.snapshots()
+		for i, x := range s {
+			n := tc.nodes[i]
+			if x != s[0] || n.Raft().AppliedIndex() != n.Raft().LastIndex() {
+				steady, prev = 0, nil
+				return false
+			}
+		}
+		if prev != nil && slices.Equal(prev, s) {
+			steady++
+		} else {
+			steady = 0
+		}
+		prev = s
+		if steady < 3 {
+			time.Sleep(50 * time.Millisecond)
+			return false
+		}
+		return true
+	})
+}
+
 func TestTLSTransport_ClusterReplicates(t *testing.T) {
 	tc := newTLSCluster(t, 200*time.Millisecond)
 	leader := tc.readyLeader()
@@ -257,6 +290,7 @@ func TestTLSTransport_RawAttacksRefused(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			tc.quiesced()
 			before := tc.snapshots()
 			stream := &attackStream{cfg: c.cfg, local: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}, done: make(chan struct{})}
 			attacker := raft.NewNetworkTransport(stream, 1, 2*time.Second, nil)
