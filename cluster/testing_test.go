@@ -20,11 +20,15 @@ type testCluster struct {
 	stores []*Stores
 }
 
+// fastConfig is a node of an in-memory test cluster: quick elections, and a
+// leader lease long enough (100 ms) that a two-core machine running -race and
+// other packages' tests does not depose a healthy leader mid-test (at 50 ms
+// it now and then did).
 func fastConfig(id string, cands []Candidate) Config {
 	return Config{
 		ID: id, Candidates: cands, Bootstrap: true,
-		HeartbeatTimeout: 50 * time.Millisecond, ElectionTimeout: 50 * time.Millisecond,
-		LeaderLeaseTimeout: 50 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
+		HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond,
+		LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
 		SweepInterval: 100 * time.Millisecond, FormatCheckInterval: 100 * time.Millisecond,
 		BatchApply: true, LogCache: 64,
 	}
