@@ -66,8 +66,11 @@ const (
 	settleDelay = 75 * time.Millisecond
 	// figuresTimeout bounds asking the other survivors for their last log
 	// entry (their /v1/health); one that has not answered by then is left
-	// out of the order.
-	figuresTimeout = 100 * time.Millisecond
+	// out of the order. 150 ms leaves a loaded machine (a -race build, other
+	// work on its cores) room to answer, and settleDelay + figuresTimeout
+	// stays within the default leader lease (250 ms), which the first turn
+	// waits for anyway.
+	figuresTimeout = 150 * time.Millisecond
 	// staggerStep separates the survivors' turns. It must exceed the
 	// difference between the instants two survivors see the same death
 	// (one network delay plus scheduling, a few ms on a loaded machine) and
