@@ -66,7 +66,7 @@ type Config struct {
 	// 64, and 1 turns group commit off. Batches are proposed only once the
 	// cluster's format level is at least 2.
 	MaxBatch int
-	// MaxInflight is how many entries the batcher keeps in flight; default 2.
+	// MaxInflight is how many entries the batcher keeps in flight; default 1.
 	MaxInflight int
 	// BatchApply is hashicorp/raft's BatchApplyCh: the leader takes up to
 	// MaxAppendEntries queued entries per disk write.
