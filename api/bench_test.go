@@ -193,7 +193,7 @@ func BenchmarkHTTP_ResourceHeartbeat(b *testing.B) {
 	var ops atomic.Int64
 	leader := c.Nodes[c.Leader()].Node
 	batches0, commands0 := leader.BatchStats()
-	index0, announced0 := leader.Raft().LastIndex(), leader.Announcements()
+	index0, announced0, told0 := leader.Raft().LastIndex(), leader.Announcements(), leader.DirectAnnouncements()
 	b.SetParallelism((clients + 1) / 2) // GOMAXPROCS is 2 here
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -214,4 +214,5 @@ func BenchmarkHTTP_ResourceHeartbeat(b *testing.B) {
 	}
 	b.ReportMetric(float64(leader.Raft().LastIndex()-index0)/b.Elapsed().Seconds(), "entries/s")
 	b.ReportMetric(float64(leader.Announcements()-announced0)/b.Elapsed().Seconds(), "announcements/s")
+	b.ReportMetric(float64(leader.DirectAnnouncements()-told0)/b.Elapsed().Seconds(), "told/s")
 }

@@ -338,8 +338,8 @@ func (s *Server) transferLeader(c echo.Context) (res wire.TransferResult, err er
 	case err != nil:
 		return res, err
 	}
-	if c.Request().Header.Get(wire.HeaderForwarded) != "" {
-		s.node.AnnounceCommit()
+	if from := c.Request().Header.Get(wire.HeaderForwarded); from != "" {
+		s.node.AnnounceCommit(from)
 	}
 	c.Response().Header().Set(wire.HeaderIndex, strconv.FormatUint(p.Index, 10))
 	auditDetail(c, slog.String("holder", p.Holder))

@@ -192,8 +192,8 @@ func (s *Server) changeMembers(c echo.Context, op func(context.Context) (cluster
 	if err != nil {
 		return cluster.PeerChange{}, membershipError(err)
 	}
-	if c.Request().Header.Get(wire.HeaderForwarded) != "" {
-		s.node.AnnounceCommit()
+	if from := c.Request().Header.Get(wire.HeaderForwarded); from != "" {
+		s.node.AnnounceCommit(from)
 	}
 	c.Response().Header().Set(wire.HeaderIndex, strconv.FormatUint(change.Index, 10))
 	return change, nil

@@ -39,10 +39,10 @@ func (s *Server) propose(c echo.Context, cmd fsm.Command) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.Request().Header.Get(wire.HeaderForwarded) != "" {
+	if from := c.Request().Header.Get(wire.HeaderForwarded); from != "" {
 		// The forwarding node waits to apply the entry: tell it now that
 		// the entry is committed.
-		s.node.AnnounceCommit()
+		s.node.AnnounceCommit(from)
 	}
 	c.Response().Header().Set(wire.HeaderIndex, strconv.FormatUint(applied.Index, 10))
 	return applied.Value, nil

@@ -3,81 +3,229 @@ package cluster
 import (
 	"sync"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
-// announceDelay is how long AnnounceCommit waits for a later entry to carry
-// the commit index before it appends a barrier to do it.
+// announceDelay is how long the barrier fallback waits for a later entry to
+// carry the commit index before it appends a barrier to do it.
 const announceDelay = time.Millisecond
 
-// announcer coalesces AnnounceCommit calls: one goroutine at a time, which
-// serves every call made while it runs.
+// announcer serves AnnounceCommit calls: one goroutine per follower at a
+// time, which serves every call made for that follower while it runs.
 type announcer struct {
 	mu      sync.Mutex
-	running bool   // a goroutine is serving calls; guarded by mu
-	pending bool   // a call came that it has not served; guarded by mu
+	targets map[string]*announceTarget // by machine; guarded by mu
+	direct  uint64                     // commit announcements sent; guarded by mu
+	barrier barrierAnnouncer
+}
+
+// announceTarget is one follower's announcement state; guarded by
+// announcer.mu.
+type announceTarget struct {
+	running bool   // a goroutine is serving calls
+	pending bool   // a call came that it has not served
+	told    uint64 // the highest commit index this follower accepted from us
+	term    uint64 // the term told was sent in
+}
+
+// barrierAnnouncer coalesces the barrier fallback: one goroutine at a time,
+// which serves every call made while it runs.
+type barrierAnnouncer struct {
+	mu      sync.Mutex
+	running bool   // guarded by mu
+	pending bool   // guarded by mu
 	last    uint64 // the highest last log index seen by a call; guarded by mu
 	sent    uint64 // barriers appended; guarded by mu
 }
 
-// Announcements returns how many barriers AnnounceCommit appended.
+// Announcements returns how many barriers AnnounceCommit appended (the
+// fallback when a follower could not be told directly).
 func (n *Node) Announcements() uint64 {
-	n.announce.mu.Lock()
-	defer n.announce.mu.Unlock()
-	return n.announce.sent
+	b := &n.announce.barrier
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sent
 }
 
-// AnnounceCommit makes the followers learn the leader's commit index now
-// rather than at the next replication tick. Call it on the leader after a
-// write whose follower waits to apply it (a forwarded write: the follower
-// answers its client only once it has applied the entry).
+// DirectAnnouncements returns how many commit announcements AnnounceCommit
+// sent to a follower (and the follower accepted).
+func (n *Node) DirectAnnouncements() uint64 {
+	n.announce.mu.Lock()
+	defer n.announce.mu.Unlock()
+	return n.announce.direct
+}
+
+// AnnounceCommit makes follower to (every follower when to is empty or not a
+// known server) learn the leader's commit index now rather than at the next
+// replication. Call it on the leader after a write whose follower waits to
+// apply it (a forwarded write: the follower answers its client only once it
+// has applied the entry), naming the follower that forwarded it.
 //
 // hashicorp/raft tells a follower that entries are committed only with the
-// next AppendEntries: the next write's, or an empty one sent CommitTimeout to
-// twice CommitTimeout after the last (50–100 ms with the default). Under load
-// the next write comes at once and carries the commit; when writes are
-// sparse a forwarded write would wait for the tick. So AnnounceCommit waits
-// announceDelay and, if no entry was appended since the call (an entry
-// appended after the write committed carries its commit to every follower),
-// appends a barrier entry, which is replicated at once; the state machine
-// never sees it. Calls made meanwhile are served by the same goroutine, so it
-// adds at most one entry per delay, and none while writes flow. It returns at
-// once; on a follower, or after Close, the barrier fails and nothing happens.
-func (n *Node) AnnounceCommit() {
+// next AppendEntries: the next write's, which the leader sends only after
+// writing that entry to its own disk (and the follower takes note of the
+// commit only after writing it to its disk as well), or an empty one sent
+// CommitTimeout to twice CommitTimeout after the last (50–100 ms with the
+// default). So AnnounceCommit sends the follower, over the Raft transport,
+// the message raft itself sends on that timer: an AppendEntries of the
+// leader's term without entries, whose previous entry is the leader's commit
+// index C with its term, and whose commit index is C. The follower checks, as
+// for every AppendEntries, that it holds that entry with that term (so by
+// Raft's log matching its log equals the leader's up to C, every entry of
+// which is committed) and applies up to C; one that does not hold it refuses,
+// changing nothing. No log entry is written, on the leader or the follower.
+//
+// When the follower refuses or cannot be reached, AnnounceCommit falls back
+// to a Raft barrier entry, which is replicated at once (the state machine
+// never sees it), unless another entry is appended within announceDelay.
+// Calls made while a follower's announcement is on its way are served by the
+// next one, so each follower has at most one in flight. It returns at once;
+// on a follower, or after Close, nothing happens.
+func (n *Node) AnnounceCommit(to string) {
+	targets := []string{to}
+	if _, ok := n.Candidate(to); !ok || to == n.cfg.ID {
+		targets = targets[:0]
+		for _, s := range n.raftServers() {
+			if id := string(s.ID); id != n.cfg.ID {
+				targets = append(targets, id)
+			}
+		}
+	}
 	a := &n.announce
-	last := n.raft.LastIndex()
-	a.mu.Lock()
-	a.last = max(a.last, last)
-	a.pending = true
-	if a.running {
+	for _, id := range targets {
+		a.mu.Lock()
+		if a.targets == nil {
+			a.targets = map[string]*announceTarget{}
+		}
+		t := a.targets[id]
+		if t == nil {
+			t = &announceTarget{}
+			a.targets[id] = t
+		}
+		t.pending = true
+		if t.running {
+			a.mu.Unlock()
+			continue
+		}
+		t.running = true
 		a.mu.Unlock()
+		go n.announceLoop(id, t)
+	}
+}
+
+// announceLoop tells follower id the commit index until no call is pending.
+func (n *Node) announceLoop(id string, t *announceTarget) {
+	a := &n.announce
+	for {
+		a.mu.Lock()
+		if !t.pending {
+			t.running = false
+			a.mu.Unlock()
+			return
+		}
+		t.pending = false
+		told, toldTerm := t.told, t.term
+		a.mu.Unlock()
+		index, term, ok := n.tellCommit(id, told, toldTerm)
+		if !ok {
+			n.announceBarrier()
+			continue
+		}
+		a.mu.Lock()
+		if index > t.told || term != t.term {
+			t.told, t.term = index, term
+		}
+		a.mu.Unlock()
+	}
+}
+
+// tellCommit sends follower id the leader's commit index (see
+// AnnounceCommit) unless it was told that index already in this term. It
+// reports the index and term told, and false when the follower was not told
+// (this node does not lead, the follower is unknown, unreachable or refused).
+func (n *Node) tellCommit(id string, told, toldTerm uint64) (uint64, uint64, bool) {
+	n.mu.Lock()
+	l, closed := n.lead, n.closed
+	n.mu.Unlock()
+	if l == nil || closed {
+		return told, toldTerm, true // not leading: nothing to announce
+	}
+	commit := n.raft.CommitIndex()
+	if toldTerm == l.term && commit <= told {
+		return told, toldTerm, true
+	}
+	store := n.logStore()
+	peer, ok := n.Candidate(id)
+	if store == nil || !ok || peer.Raft == "" || commit == 0 {
+		return 0, 0, false
+	}
+	var entry raft.Log
+	if err := store.GetLog(commit, &entry); err != nil {
+		return 0, 0, false
+	}
+	self := n.trans.EncodePeer(raft.ServerID(n.cfg.ID), n.trans.LocalAddr())
+	req := raft.AppendEntriesRequest{
+		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(n.cfg.ID), Addr: self},
+		Term:      l.term,
+		// The previous entry is the commit index itself: a follower that
+		// holds it (same index, same term) holds the leader's log up to it.
+		PrevLogEntry:      commit,
+		PrevLogTerm:       entry.Term,
+		LeaderCommitIndex: commit,
+	}
+	var resp raft.AppendEntriesResponse
+	if err := n.trans.AppendEntries(raft.ServerID(id), raft.ServerAddress(peer.Raft), &req, &resp); err != nil || !resp.Success {
+		return 0, 0, false
+	}
+	n.announce.mu.Lock()
+	n.announce.direct++
+	n.announce.mu.Unlock()
+	return commit, l.term, true
+}
+
+// announceBarrier is the fallback of AnnounceCommit: it waits announceDelay
+// and, if no entry was appended since the call (an entry appended after the
+// write committed carries its commit to every follower), appends a barrier
+// entry, which is replicated at once; the state machine never sees it. Calls
+// made meanwhile are served by the same goroutine, so it adds at most one
+// entry per delay, and none while writes flow.
+func (n *Node) announceBarrier() {
+	b := &n.announce.barrier
+	last := n.raft.LastIndex()
+	b.mu.Lock()
+	b.last = max(b.last, last)
+	b.pending = true
+	if b.running {
+		b.mu.Unlock()
 		return
 	}
-	a.running = true
-	a.mu.Unlock()
+	b.running = true
+	b.mu.Unlock()
 	go func() {
 		timer := time.NewTimer(announceDelay)
 		defer timer.Stop()
 		for {
 			<-timer.C
-			a.mu.Lock()
-			seen := a.last
-			a.pending = false
-			a.mu.Unlock()
+			b.mu.Lock()
+			seen := b.last
+			b.pending = false
+			b.mu.Unlock()
 			if n.raft.LastIndex() <= seen {
 				// The barrier is appended after every write committed
 				// before the calls, so its replication carries their commit.
 				_ = n.raft.Barrier(n.cfg.HeartbeatTimeout).Error()
-				a.mu.Lock()
-				a.sent++
-				a.mu.Unlock()
+				b.mu.Lock()
+				b.sent++
+				b.mu.Unlock()
 			}
-			a.mu.Lock()
-			if !a.pending {
-				a.running = false
-				a.mu.Unlock()
+			b.mu.Lock()
+			if !b.pending {
+				b.running = false
+				b.mu.Unlock()
 				return
 			}
-			a.mu.Unlock()
+			b.mu.Unlock()
 			timer.Reset(announceDelay)
 		}
 	}()

@@ -13,8 +13,7 @@ import (
 // their way through Raft, concurrent proposals queue up and leave together as
 // one fsm.Batch entry; each caller still waits for its own commit and gets its
 // own result. A batch is flushed as soon as a pipeline slot is free, so a lone
-// write is proposed at once, as a plain entry, and waits
-// for nothing.
+// write is proposed at once, as a plain entry, and waits for nothing.
 
 // Batching limits. A batch of 64 commands is about 20 KiB. One entry in
 // flight: the next batch fills while it is on its way and leaves as soon as

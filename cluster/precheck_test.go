@@ -74,7 +74,7 @@ func TestNode_Lagging(t *testing.T) {
 		t.Fatalf("Propose(register) error = %v", err)
 	}
 	before := leader.Raft().LastIndex()
-	leader.AnnounceCommit()
+	leader.announceBarrier()
 	testutil.WaitFor(t, "the barrier entry", 5*time.Second, func() bool { return leader.Raft().LastIndex() > before })
 	last := leader.Raft().LastIndex()
 	for _, n := range tc.nodes {

@@ -1,0 +1,71 @@
+package cluster
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/elanous/elanous-node/fsm"
+	"github.com/elanous/elanous-node/internal/testutil"
+)
+
+// AnnounceCommit tells the follower that forwarded a write the commit index
+// directly: it applies the write long before raft's own commit timeout would
+// tell it, and no barrier entry is appended.
+func TestAnnounceCommit_TellsTheFollower(t *testing.T) {
+	tc := newTestCluster(t, 3, func(_ int, c *Config) {
+		c.CommitTimeout = time.Minute // followers learn a commit only from the next entry
+		c.SweepInterval = time.Hour
+	})
+	li := tc.readyLeader()
+	leader := tc.nodes[li]
+	fi := (li + 1) % 3
+	follower := tc.nodes[fi]
+	res, err := leader.Propose(context.Background(), fsm.RegisterResource{Caller: fsm.Caller{Owner: "o1"},
+		ID: "machine:m1", Kind: "machine", Name: "m1", Machine: "m1", TTLMs: 60_000})
+	if err != nil {
+		t.Fatalf("Propose(register) error = %v", err)
+	}
+	// The follower holds the entry (it may not know it is committed).
+	testutil.WaitFor(t, "the follower holds the entry", 5*time.Second, func() bool {
+		return follower.Raft().LastIndex() >= res.Index
+	})
+	barriers, told := leader.Announcements(), leader.DirectAnnouncements()
+	leader.AnnounceCommit(follower.ID())
+	testutil.WaitFor(t, "the follower applies the write", 5*time.Second, func() bool {
+		return follower.FSM().AppliedIndex() >= res.Index
+	})
+	testutil.WaitFor(t, "the announcement counted", 5*time.Second, func() bool {
+		return leader.DirectAnnouncements() > told
+	})
+	if got := leader.Announcements(); got != barriers {
+		t.Errorf("barriers appended = %d, want %d (the follower was told directly)", got, barriers)
+	}
+}
+
+// A follower that cannot be told directly (here: unreachable) gets the
+// commit with the next entry: AnnounceCommit falls back to a barrier.
+func TestAnnounceCommit_FallsBackToABarrier(t *testing.T) {
+	tc := newTestCluster(t, 3, func(_ int, c *Config) {
+		c.CommitTimeout = time.Minute
+		c.SweepInterval = time.Hour
+	})
+	li := tc.readyLeader()
+	leader := tc.nodes[li]
+	fi := (li + 1) % 3
+	if _, err := leader.Propose(context.Background(), fsm.RegisterResource{Caller: fsm.Caller{Owner: "o1"},
+		ID: "machine:m1", Kind: "machine", Name: "m1", Machine: "m1", TTLMs: 60_000}); err != nil {
+		t.Fatalf("Propose(register) error = %v", err)
+	}
+	tc.isolate(fi)
+	defer tc.heal()
+	barriers, told := leader.Announcements(), leader.DirectAnnouncements()
+	before := leader.Raft().LastIndex()
+	leader.AnnounceCommit(tc.nodes[fi].ID())
+	testutil.WaitFor(t, "a barrier entry", 5*time.Second, func() bool {
+		return leader.Announcements() > barriers && leader.Raft().LastIndex() > before
+	})
+	if got := leader.DirectAnnouncements(); got != told {
+		t.Errorf("direct announcements = %d, want %d (the follower is unreachable)", got, told)
+	}
+}
