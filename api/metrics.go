@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -90,26 +91,52 @@ func b2f(b bool) float64 {
 func (m *metrics) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
+		c.Set(requestStartKey, start)
 		err := next(c)
-		route, method := c.Path(), methodLabel(c.Request().Method)
-		if !m.routes[route] {
-			route = "other"
+		if _, ok := c.Get(parkedKey).(*parkedQuery); ok {
+			return err // counted when it is answered or dropped (park.go)
 		}
-		status := c.Response().Status
+		done := requestOf(c, start)
+		done.status, done.bytes = c.Response().Status, c.Response().Size
 		if err != nil {
-			status, _ = toWire(err)
+			done.status, _ = toWire(err)
 		}
-		m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
-		elapsed := time.Since(start)
-		m.duration.WithLabelValues(route, method).Observe(elapsed.Seconds())
-		if m.access != nil {
-			r := c.Request()
-			m.access.LogAttrs(r.Context(), slog.LevelInfo, "http request",
-				slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("route", route),
-				slog.Int("status", status), slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
-				slog.Int64("bytes", c.Response().Size), slog.String("remote", r.RemoteAddr))
-		}
+		m.observe(done)
 		return err
+	}
+}
+
+// requestDone is what the metrics and the access log record of a request.
+type requestDone struct {
+	route, method, path, remote string
+	start                       time.Time
+	status                      int
+	bytes                       int64
+}
+
+// requestOf is the record of c's request, status and size still unset.
+func requestOf(c echo.Context, start time.Time) requestDone {
+	r := c.Request()
+	return requestDone{route: c.Path(), method: r.Method, path: r.URL.Path, remote: r.RemoteAddr, start: start}
+}
+
+// requestStartKey holds when the metrics middleware saw the request.
+const requestStartKey = "elanous.start"
+
+// observe counts a finished request and writes its access log line.
+func (m *metrics) observe(d requestDone) {
+	route, method := d.route, methodLabel(d.method)
+	if !m.routes[route] {
+		route = "other"
+	}
+	m.requests.WithLabelValues(route, method, strconv.Itoa(d.status)).Inc()
+	elapsed := time.Since(d.start)
+	m.duration.WithLabelValues(route, method).Observe(elapsed.Seconds())
+	if m.access != nil {
+		m.access.LogAttrs(context.Background(), slog.LevelInfo, "http request",
+			slog.String("method", d.method), slog.String("path", d.path), slog.String("route", route),
+			slog.Int("status", d.status), slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
+			slog.Int64("bytes", d.bytes), slog.String("remote", d.remote))
 	}
 }
 

@@ -88,6 +88,9 @@ func (s *Server) block(c echo.Context, table fsm.Table) error {
 		c.Response().Header().Set("Connection", "close")
 		return refuse(c, time.Second, "too many blocking queries wait on this node (or from this address); retry later")
 	}
+	if table == fsm.TablePrimary && s.parking.Load().park(c, seen, wait, release) {
+		return errParked
+	}
 	defer release()
 	// A long wait outlives the server's write timeout: extend it for this request.
 	_ = http.NewResponseController(c.Response().Writer).SetWriteDeadline(time.Now().Add(wait + 10*time.Second))
@@ -111,7 +114,11 @@ func (s *Server) block(c echo.Context, table fsm.Table) error {
 
 // readHeaders sets the headers every read carries.
 func (s *Server) readHeaders(c echo.Context, table fsm.Table) {
-	h := c.Response().Header()
+	s.setReadHeaders(c.Response().Header(), table)
+}
+
+// setReadHeaders sets the read headers in h.
+func (s *Server) setReadHeaders(h http.Header, table fsm.Table) {
 	f := s.node.FSM()
 	h.Set(wire.HeaderGeneration, strconv.FormatUint(f.Primary().Generation, 10))
 	h.Set(wire.HeaderIndex, strconv.FormatUint(f.Index(table), 10))

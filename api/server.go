@@ -77,7 +77,8 @@ type Server struct {
 	httpServer    *http.Server
 	guard         *guard
 	audit         *Auditor
-	lagging       func() bool // Deps.Lagging; nil: node.Lagging
+	lagging       func() bool             // Deps.Lagging; nil: node.Lagging
+	parking       atomic.Pointer[parking] // set by Serve; nil: blocking queries wait in their handler
 }
 
 // New builds the server and its routes.
@@ -179,13 +180,19 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.httpServer.TLSConfig != nil {
 		ln = tls.NewListener(ln, s.httpServer.TLSConfig)
 	}
-	if err := s.httpServer.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	rl := newReacceptListener(ln)
+	s.parking.Store(newParking(s, rl))
+	if err := s.httpServer.Serve(rl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
 }
 
 // Shutdown stops accepting requests and waits for those in flight (bounded by ctx).
+// Parked blocking queries are answered first, with Connection: close.
 func (s *Server) Shutdown(ctx context.Context) error {
+	if p := s.parking.Load(); p != nil {
+		p.close()
+	}
 	return s.httpServer.Shutdown(ctx)
 }

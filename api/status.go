@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 
 	"github.com/elanous/elanous-node/api/wire"
@@ -22,6 +23,9 @@ func (s *Server) getPrimary(c echo.Context) error {
 		}
 	}
 	if err := s.block(c, fsm.TablePrimary); err != nil {
+		if errors.Is(err, errParked) {
+			return nil // answered later, on the connection (park.go)
+		}
 		return err
 	}
 	s.readHeaders(c, fsm.TablePrimary)
