@@ -187,10 +187,9 @@ func (q *parkedQuery) answer() {
 	<-q.readDone
 	_ = q.conn.SetReadDeadline(time.Time{})
 	closing := q.close || q.gotByte.Load()
-	resp := q.p.s.primaryResponse(q.header, q.pretty, closing)
 	_ = q.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	err := resp.Write(q.conn)
-	q.observe(http.StatusOK, resp.ContentLength)
+	size, err := q.p.s.writePrimary(q.conn, q.header, q.pretty, closing)
+	q.observe(http.StatusOK, size)
 	if err != nil || closing {
 		_ = q.conn.Close()
 		return
@@ -253,9 +252,10 @@ func (p *parking) parked() int {
 	return len(p.watches)
 }
 
-// primaryResponse is getPrimary's answer as an http.Response: the headers of
-// header plus the read headers, and the JSON body echo would write.
-func (s *Server) primaryResponse(header http.Header, pretty, closing bool) *http.Response {
+// writePrimary writes getPrimary's answer to w as an HTTP/1.1 response: the
+// headers of header plus the read headers, and the JSON body echo would
+// write. It returns the body's size.
+func (s *Server) writePrimary(w io.Writer, header http.Header, pretty, closing bool) (int64, error) {
 	h := header.Clone()
 	s.setReadHeaders(h, fsm.TablePrimary)
 	h.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
@@ -271,10 +271,12 @@ func (s *Server) primaryResponse(header http.Header, pretty, closing bool) *http
 	if closing {
 		h.Set("Connection", "close")
 	}
-	return &http.Response{
+	resp := &http.Response{
 		StatusCode: http.StatusOK, ProtoMajor: 1, ProtoMinor: 1, Header: h,
 		ContentLength: int64(len(body)), Body: io.NopCloser(bytes.NewReader(body)), Close: closing,
 	}
+	defer resp.Body.Close()
+	return resp.ContentLength, resp.Write(w)
 }
 
 // reacceptListener is the API's listener with a way back in: Accept returns

@@ -40,7 +40,11 @@ func TestServer_ParkedPrimaryQuery(t *testing.T) {
 	// One connection for the client, so a reused one is the parked one.
 	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1, MaxIdleConnsPerHost: 1}}
 	var reused atomic.Int32
-	get := func(ctx context.Context, url string) (*http.Response, []byte, error) {
+	type answer struct {
+		status int
+		header http.Header
+	}
+	get := func(ctx context.Context, url string) (answer, []byte, error) {
 		trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
 			if i.Reused {
 				reused.Add(1)
@@ -50,16 +54,16 @@ func TestServer_ParkedPrimaryQuery(t *testing.T) {
 		req.Header.Set("Authorization", query)
 		resp, err := client.Do(req)
 		if err != nil {
-			return nil, nil, err
+			return answer{}, nil, err
 		}
 		defer resp.Body.Close()
 		body, err := io.ReadAll(resp.Body)
-		return resp, body, err
+		return answer{resp.StatusCode, resp.Header}, body, err
 	}
 
 	t.Run("answer equals the handler's and the connection carries on", func(t *testing.T) {
 		type result struct {
-			resp    *http.Response
+			resp    answer
 			body    []byte
 			err     error
 			elapsed time.Duration
@@ -78,25 +82,25 @@ func TestServer_ParkedPrimaryQuery(t *testing.T) {
 		if r.err != nil {
 			t.Fatal(r.err)
 		}
-		if r.resp.StatusCode != http.StatusOK || r.elapsed < 600*time.Millisecond {
-			t.Fatalf("parked query answered %d after %v, want 200 after its 600 ms wait", r.resp.StatusCode, r.elapsed)
+		if r.resp.status != http.StatusOK || r.elapsed < 600*time.Millisecond {
+			t.Fatalf("parked query answered %d after %v, want 200 after its 600 ms wait", r.resp.status, r.elapsed)
 		}
 		if string(r.body) != string(plain.Body) {
 			t.Errorf("parked answer body = %q, want the handler's %q", r.body, plain.Body)
 		}
 		for _, h := range []string{"Content-Type", wire.HeaderGeneration, wire.HeaderIndex, wire.HeaderKnownLeader} {
-			if got, want := r.resp.Header.Get(h), plain.Header.Get(h); got != want {
+			if got, want := r.resp.header.Get(h), plain.Header.Get(h); got != want {
 				t.Errorf("parked answer %s = %q, want the handler's %q", h, got, want)
 			}
 		}
-		if r.resp.Header.Get(wire.HeaderLastContactMs) == "" || r.resp.Header.Get("Date") == "" {
-			t.Errorf("parked answer headers = %v, want %s and Date", r.resp.Header, wire.HeaderLastContactMs)
+		if r.resp.header.Get(wire.HeaderLastContactMs) == "" || r.resp.header.Get("Date") == "" {
+			t.Errorf("parked answer headers = %v, want %s and Date", r.resp.header, wire.HeaderLastContactMs)
 		}
 		parked(0)
 		before := reused.Load()
 		resp, _, err := get(context.Background(), n.URL+"/v1/health")
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("the next request on the connection: %v, %v", resp, err)
+		if err != nil || resp.status != http.StatusOK {
+			t.Fatalf("the next request on the connection: %v, %v", resp.status, err)
 		}
 		if reused.Load() != before+1 {
 			t.Errorf("the request after a parked answer opened a new connection, want the parked one reused")
@@ -112,7 +116,7 @@ func TestServer_ParkedPrimaryQuery(t *testing.T) {
 		go func() {
 			resp, _, err := get(context.Background(), fmt.Sprintf("%s/v1/primary?index=%d&wait=30s", n.URL, idx))
 			if err == nil {
-				_, err = fmt.Sscan(resp.Header.Get(wire.HeaderGeneration), &gen)
+				_, err = fmt.Sscan(resp.header.Get(wire.HeaderGeneration), &gen)
 			}
 			done <- err
 		}()
@@ -176,6 +180,7 @@ func TestServer_ParkedPrimaryQuery(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer resp.Body.Close()
 		_, _ = io.Copy(io.Discard, resp.Body)
 		if resp.StatusCode != http.StatusOK || !resp.Close {
 			t.Errorf("answer = %d close %v, want 200 and Connection: close", resp.StatusCode, resp.Close)
@@ -197,6 +202,7 @@ func TestServer_ParkedPrimaryQuery(t *testing.T) {
 		if err != nil {
 			t.Fatalf("parked query at Shutdown: %v", err)
 		}
+		defer resp.Body.Close()
 		_, _ = io.Copy(io.Discard, resp.Body)
 		if resp.StatusCode != http.StatusOK || !resp.Close {
 			t.Errorf("answer at Shutdown = %d close %v, want 200 and Connection: close", resp.StatusCode, resp.Close)
