@@ -181,6 +181,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		ln = tls.NewListener(ln, s.httpServer.TLSConfig)
 	}
 	rl := newReacceptListener(ln)
+	defer rl.Close() // a parked query answered after Serve returns closes its connection
 	s.parking.Store(newParking(s, rl))
 	if err := s.httpServer.Serve(rl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
