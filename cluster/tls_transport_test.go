@@ -179,31 +179,27 @@ func (tc *tlsCluster) converged() {
 // holds the same log and has applied all of it, and so it stays for a few
 // polls. A new leader follows its claim with entries of its own (the
 // candidate directory, the format level), so a picture taken just after
-// converged may still have one in flight.
+// converged may still have one in flight. Quiet is the same picture for
+// 150 ms of polls.
 func (tc *tlsCluster) quiesced() {
 	tc.t.Helper()
+	const quiet = 150 * time.Millisecond // unchanged this long counts as quiet
 	var prev []snapshot
-	steady := 0
+	var since time.Time
 	testutil.WaitFor(tc.t, "the cluster quiet, every node at the same applied log", 15*time.Second, func() bool {
 		s := tc.snapshots()
 		for i, x := range s {
 			n := tc.nodes[i]
 			if x != s[0] || n.Raft().AppliedIndex() != n.Raft().LastIndex() {
-				steady, prev = 0, nil
+				prev = nil
 				return false
 			}
 		}
-		if prev != nil && slices.Equal(prev, s) {
-			steady++
-		} else {
-			steady = 0
-		}
-		prev = s
-		if steady < 3 {
-			time.Sleep(50 * time.Millisecond)
+		if prev == nil || !slices.Equal(prev, s) {
+			prev, since = s, time.Now()
 			return false
 		}
-		return true
+		return time.Since(since) >= quiet
 	})
 }
 
