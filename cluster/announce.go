@@ -23,20 +23,47 @@ type announcer struct {
 // announceTarget is one follower's announcement state; guarded by
 // announcer.mu.
 type announceTarget struct {
-	running bool   // a goroutine is serving calls
-	pending bool   // a call came that it has not served
-	told    uint64 // the highest commit index this follower accepted from us
-	term    uint64 // the term told was sent in
+	coalesced
+	told uint64 // the highest commit index this follower accepted from us
+	term uint64 // the term told was sent in
+}
+
+// coalesced is the state of a job served by one goroutine at a time, which
+// serves every call made while it runs; its owner's lock guards it.
+type coalesced struct {
+	running bool // a goroutine is serving calls
+	pending bool // a call came that it has not served
+}
+
+// call records a call and reports whether the caller must start the
+// goroutine (none is running).
+func (c *coalesced) call() (start bool) {
+	c.pending = true
+	if c.running {
+		return false
+	}
+	c.running = true
+	return true
+}
+
+// next is the goroutine's check before each round: false (and the goroutine
+// ends) when no call is pending; true takes the pending calls.
+func (c *coalesced) next() bool {
+	if !c.pending {
+		c.running = false
+		return false
+	}
+	c.pending = false
+	return true
 }
 
 // barrierAnnouncer coalesces the barrier fallback: one goroutine at a time,
 // which serves every call made while it runs.
 type barrierAnnouncer struct {
-	mu      sync.Mutex
-	running bool   // guarded by mu
-	pending bool   // guarded by mu
-	last    uint64 // the highest last log index seen by a call; guarded by mu
-	sent    uint64 // barriers appended; guarded by mu
+	mu        sync.Mutex
+	coalesced        // guarded by mu
+	last      uint64 // the highest last log index seen by a call; guarded by mu
+	sent      uint64 // barriers appended; guarded by mu
 }
 
 // Announcements returns how many barriers AnnounceCommit appended (the
@@ -103,14 +130,11 @@ func (n *Node) AnnounceCommit(to string) {
 			t = &announceTarget{}
 			a.targets[id] = t
 		}
-		t.pending = true
-		if t.running {
-			a.mu.Unlock()
-			continue
-		}
-		t.running = true
+		start := t.call()
 		a.mu.Unlock()
-		go n.announceLoop(id, t)
+		if start {
+			go n.announceLoop(id, t)
+		}
 	}
 }
 
@@ -119,12 +143,10 @@ func (n *Node) announceLoop(id string, t *announceTarget) {
 	a := &n.announce
 	for {
 		a.mu.Lock()
-		if !t.pending {
-			t.running = false
+		if !t.next() {
 			a.mu.Unlock()
 			return
 		}
-		t.pending = false
 		told, toldTerm := t.told, t.term
 		a.mu.Unlock()
 		index, term, ok := n.tellCommit(id, told, toldTerm)
@@ -195,13 +217,11 @@ func (n *Node) announceBarrier() {
 	last := n.raft.LastIndex()
 	b.mu.Lock()
 	b.last = max(b.last, last)
-	b.pending = true
-	if b.running {
-		b.mu.Unlock()
+	start := b.call()
+	b.mu.Unlock()
+	if !start {
 		return
 	}
-	b.running = true
-	b.mu.Unlock()
 	go func() {
 		timer := time.NewTimer(announceDelay)
 		defer timer.Stop()
@@ -209,7 +229,7 @@ func (n *Node) announceBarrier() {
 			<-timer.C
 			b.mu.Lock()
 			seen := b.last
-			b.pending = false
+			b.pending = false // served by this round
 			b.mu.Unlock()
 			if n.raft.LastIndex() <= seen {
 				// The barrier is appended after every write committed
@@ -220,12 +240,11 @@ func (n *Node) announceBarrier() {
 				b.mu.Unlock()
 			}
 			b.mu.Lock()
-			if !b.pending {
-				b.running = false
-				b.mu.Unlock()
+			more := b.next()
+			b.mu.Unlock()
+			if !more {
 				return
 			}
-			b.mu.Unlock()
 			timer.Reset(announceDelay)
 		}
 	}()
