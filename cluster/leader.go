@@ -104,7 +104,6 @@ func (n *Node) leadTerm(ctx context.Context, l *leadership) {
 		if err == nil {
 			close(l.ready)
 			n.log.Info("claimed primary", "generation", p.Generation, "index", p.Index, "now_ms", p.ClaimedAt)
-			n.snapshotAfterRestore()
 			break
 		}
 		n.log.Warn("claim primary failed", "term", l.term, "attempt", attempt, "err", err)

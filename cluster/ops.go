@@ -41,17 +41,12 @@ type opsState struct {
 	// restored is the applied index of the last snapshot restored into the
 	// state machine (see restoreTracker).
 	restored atomic.Uint64
-	// unsnapshotted is set when a snapshot was restored into the state
-	// machine and raft has not taken a snapshot of its own since.
-	unsnapshotted atomic.Bool
 }
 
 // restoreTracker is the node's state machine as raft sees it. It notes the
 // applied index of every snapshot restored into it: a restore's snapshot
 // carries an applied index no other snapshot has, so Restore can tell
-// whether raft installed it before it returned an error. It also notes
-// whether a snapshot was restored since raft last took one (see
-// snapshotAfterRestore).
+// whether raft installed it before it returned an error.
 type restoreTracker struct {
 	*fsm.FSM
 	ops *opsState
@@ -63,45 +58,7 @@ func (t restoreTracker) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	t.ops.restored.Store(t.AppliedIndex())
-	t.ops.unsnapshotted.Store(true)
 	return nil
-}
-
-// Snapshot copies the state for raft and notes that raft took a snapshot.
-func (t restoreTracker) Snapshot() (raft.FSMSnapshot, error) {
-	snap, err := t.FSM.Snapshot()
-	if err == nil {
-		t.ops.unsnapshotted.Store(false)
-	}
-	return snap, err
-}
-
-// snapshotAfterRestore runs on a new leader once its claim is applied. If
-// its state came from an installed snapshot it has not snapshotted since,
-// it takes a snapshot of its own at once, in the background.
-//
-// Why: a leader that ran raft.Restore holds a hole at the restored index
-// and a no-op after it. If it loses leadership before the no-op commits and
-// a server that installed the restore wins, the new leader's AppendEntries
-// name the restored index as the previous entry, which the old leader's log
-// lacks (hashicorp/raft looks the previous entry up in the log, not in the
-// snapshot), and the new leader answers with the same snapshot again,
-// forever. A snapshot past the old leader's last entry breaks the loop: it
-// installs it and follows from there. Elsewhere the snapshot costs one write
-// of the state per election after an install.
-func (n *Node) snapshotAfterRestore() {
-	if !n.ops.unsnapshotted.Load() {
-		return
-	}
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		if err := n.raft.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
-			n.log.Warn("snapshot after an installed snapshot failed", "err", err)
-			return
-		}
-		n.log.Info("took a snapshot after leading from an installed one")
-	}()
 }
 
 // Backup is a consistent copy of the replicated state for a snapshot save:

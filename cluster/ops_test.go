@@ -17,10 +17,9 @@ import (
 
 // fileSnapshots returns a tweak for newTestCluster that gives every node a
 // file snapshot store in a temporary directory, then applies more. Tests
-// that restore use it: a node that led from an installed snapshot takes a
-// snapshot of its own (snapshotAfterRestore), and raft's in-memory snapshot
-// store lets a snapshot being written be opened for replication (a data
-// race in that test store, not in the file store nodes use).
+// that restore use it: raft's in-memory snapshot store lets a snapshot being
+// written be opened for replication (a data race in that test store, not in
+// the file store nodes use).
 func fileSnapshots(t *testing.T, more func(i int, c *Config)) func(int, *Config) {
 	return func(i int, c *Config) {
 		store, err := raft.NewFileSnapshotStore(t.TempDir(), 2, io.Discard)
