@@ -71,6 +71,12 @@ type Config struct {
 	// BatchApply is hashicorp/raft's BatchApplyCh: the leader takes up to
 	// MaxAppendEntries queued entries per disk write.
 	BatchApply bool
+	// ParallelWrite lets the leader's replicators send new entries while
+	// the leader is still writing them to its log store (the Raft thesis,
+	// §10.2.1; third_party/raft's Config.ParallelLeaderWrite). An entry
+	// still commits only once a quorum, the leader counted after its own
+	// write, holds it on disk.
+	ParallelWrite bool
 	// LogCache keeps that many recent entries in memory in front of the log
 	// store (0: none).
 	LogCache int
@@ -262,6 +268,7 @@ func New(cfg Config) (*Node, error) {
 	rc.TrailingLogs = cfg.TrailingLogs
 	rc.MaxAppendEntries = cfg.MaxAppendEntries
 	rc.BatchApplyCh = cfg.BatchApply
+	rc.ParallelLeaderWrite = cfg.ParallelWrite
 	rc.NotifyCh = n.notifyCh
 	// A server removed from the configuration (peers remove) keeps running
 	// as a follower of no cluster, like a node waiting to be added, rather

@@ -30,7 +30,7 @@ func fastConfig(id string, cands []Candidate) Config {
 		HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond,
 		LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
 		SweepInterval: 100 * time.Millisecond, FormatCheckInterval: 100 * time.Millisecond,
-		BatchApply: true, LogCache: 64,
+		BatchApply: true, ParallelWrite: true, LogCache: 64,
 	}
 }
 

@@ -64,6 +64,10 @@ type RaftConfig struct {
 	// BatchApply lets the leader take up to max_append_entries queued
 	// entries per disk write (raft.batch_apply; hashicorp/raft's BatchApplyCh).
 	BatchApply bool `mapstructure:"batch_apply"`
+	// ParallelWrite lets the leader send new entries to the followers while
+	// it writes them to its own disk, instead of after (raft.parallel_write;
+	// cluster.Config.ParallelWrite).
+	ParallelWrite bool `mapstructure:"parallel_write"`
 	// LogCache is how many recent log entries are kept in memory so
 	// replication does not read them back from disk (raft.log_cache; 0: none).
 	LogCache int `mapstructure:"log_cache"`
@@ -203,6 +207,7 @@ func Default() Config {
 			TrailingLogs:       2048,
 			MaxAppendEntries:   64,
 			BatchApply:         true,
+			ParallelWrite:      true,
 			LogCache:           1024,
 			NoFreelistSync:     true,
 			MaxBatch:           64,

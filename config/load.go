@@ -191,6 +191,7 @@ func setDefaults(v *viper.Viper, d Config) {
 	v.SetDefault("raft.max_append_entries", d.Raft.MaxAppendEntries)
 	v.SetDefault("raft.grace", d.Raft.Grace)
 	v.SetDefault("raft.batch_apply", d.Raft.BatchApply)
+	v.SetDefault("raft.parallel_write", d.Raft.ParallelWrite)
 	v.SetDefault("raft.log_cache", d.Raft.LogCache)
 	v.SetDefault("raft.no_freelist_sync", d.Raft.NoFreelistSync)
 	v.SetDefault("raft.max_batch", d.Raft.MaxBatch)

@@ -83,7 +83,7 @@ func startCandidate(cfg config.Config, tokens wire.TokensFile, logger *slog.Logg
 		LeaderLeaseTimeout: cfg.Raft.LeaderLeaseTimeout, CommitTimeout: cfg.Raft.CommitTimeout,
 		SnapshotThreshold: cfg.Raft.SnapshotThreshold, SnapshotInterval: cfg.Raft.SnapshotInterval,
 		TrailingLogs: cfg.Raft.TrailingLogs, MaxAppendEntries: cfg.Raft.MaxAppendEntries,
-		BatchApply: cfg.Raft.BatchApply, LogCache: cfg.Raft.LogCache, NoFreelistSync: cfg.Raft.NoFreelistSync,
+		BatchApply: cfg.Raft.BatchApply, ParallelWrite: cfg.Raft.ParallelWrite, LogCache: cfg.Raft.LogCache, NoFreelistSync: cfg.Raft.NoFreelistSync,
 		MaxBatch: cfg.Raft.MaxBatch, FastFailover: cfg.Raft.FastFailover,
 		Grace: cfg.Raft.GraceOrDefault(), TLS: store,
 		Logger: logger,

@@ -79,6 +79,12 @@ var (
 type Raft struct {
 	raftState
 
+	// unstable holds the entries a leader is writing to its log store while
+	// its replicators already send them (Config.ParallelLeaderWrite): a
+	// contiguous run, in index order, or nil. Patched (elanous-node).
+	unstableLock sync.RWMutex
+	unstable     []*Log
+
 	// protocolVersion is used to inter-operate with Raft servers running
 	// different versions of the library. See comments in config.go for more
 	// details.

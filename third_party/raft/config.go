@@ -173,6 +173,16 @@ type Config struct {
 	// processed until after the specified timeout.
 	BatchApplyCh bool
 
+	// ParallelLeaderWrite lets a leader's replicators send new entries to
+	// the followers while the leader is still writing them to its own log
+	// store, instead of after (the Raft thesis, §10.2.1). An entry still
+	// commits only once a quorum holds it on disk: the leader counts itself
+	// after its own write. If that write fails the leader steps down as
+	// before, and the entries it was writing may still commit through the
+	// followers, so their futures answer ErrLeadershipLost (outcome
+	// unknown), not the store's error. Patched (elanous-node).
+	ParallelLeaderWrite bool
+
 	// If we are a member of a cluster, and RemovePeer is invoked for the
 	// local node, then we forget all peers and transition into the follower state.
 	// If ShutdownOnRemove is set, we additional shutdown Raft. Otherwise,

@@ -1262,6 +1262,11 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 		r.leaderState.inflight.PushBack(applyLog)
 	}
 
+	if r.config().ParallelLeaderWrite {
+		r.dispatchLogsInParallel(applyLogs, logs, lastIndex, term)
+		return
+	}
+
 	// Write the log entry locally
 	if err := r.logs.StoreLogs(logs); err != nil {
 		r.logger.Error("failed to commit logs", "error", err)
@@ -1280,6 +1285,54 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 	for _, f := range r.leaderState.replState {
 		asyncNotifyCh(f.triggerCh)
 	}
+}
+
+// dispatchLogsInParallel is the end of dispatchLogs with
+// Config.ParallelLeaderWrite: the entries are published to the replicators
+// (r.unstable, and the last log index) before the leader writes them, so
+// the followers' disk writes overlap the leader's. The leader counts towards
+// the commitment only once its own write is done. Patched (elanous-node).
+func (r *Raft) dispatchLogsInParallel(applyLogs []*logFuture, logs []*Log, lastIndex, term uint64) {
+	prevIndex, prevTerm := r.getLastLog()
+	r.unstableLock.Lock()
+	r.unstable = logs
+	r.unstableLock.Unlock()
+	r.setLastLog(lastIndex, term)
+	for _, f := range r.leaderState.replState {
+		asyncNotifyCh(f.triggerCh)
+	}
+
+	err := r.logs.StoreLogs(logs)
+	r.unstableLock.Lock()
+	r.unstable = nil
+	r.unstableLock.Unlock()
+	if err != nil {
+		r.logger.Error("failed to commit logs", "error", err)
+		r.setLastLog(prevIndex, prevTerm)
+		for _, applyLog := range applyLogs {
+			applyLog.respond(ErrLeadershipLost)
+		}
+		r.setState(Follower)
+		return
+	}
+	r.leaderState.commitment.match(r.localID, lastIndex)
+}
+
+// getReplicationLog reads the entry at index for a replicator: from the
+// entries the leader is still writing (dispatchLogsInParallel), else from
+// the log store. Patched (elanous-node).
+func (r *Raft) getReplicationLog(index uint64, l *Log) error {
+	r.unstableLock.RLock()
+	if n := len(r.unstable); n > 0 {
+		first := r.unstable[0].Index
+		if index >= first && index <= r.unstable[n-1].Index {
+			*l = *r.unstable[index-first]
+			r.unstableLock.RUnlock()
+			return nil
+		}
+	}
+	r.unstableLock.RUnlock()
+	return r.logs.GetLog(index, l)
 }
 
 // processLogs is used to apply all the committed entries that haven't been

@@ -28,6 +28,9 @@ func inmemConfig(t testing.TB) *Config {
 	conf.LeaderLeaseTimeout = 50 * time.Millisecond
 	conf.CommitTimeout = 5 * time.Millisecond
 	conf.Logger = newTestLogger(t)
+	// Patched (elanous-node): RAFT_PARALLEL_LEADER_WRITE=1 runs the suite
+	// with Config.ParallelLeaderWrite on.
+	conf.ParallelLeaderWrite = os.Getenv("RAFT_PARALLEL_LEADER_WRITE") == "1"
 	return conf
 }
 
