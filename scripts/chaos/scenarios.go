@@ -51,6 +51,7 @@ func scenarios() []scenario {
 		{name: "slow-net", about: "75±50 ms on every packet between nodes, 20% loss", faults: slowNet},
 		{name: "restart-all", about: "SIGKILL every node at once, start them again, repeat", faults: restartAll},
 		{name: "disk-full", smallDisks: true, about: "fill a follower's data filesystem, restart it while full, free it", faults: diskFull},
+		{name: "disk-full-leader", smallDisks: true, about: "fill the leader's data filesystem under writes (its own log write fails while the followers may hold the entries), free it", faults: diskFullLeader},
 		{name: "clock-skew", about: "make a node +5 min then one -5 min ahead lead (chaos-build clock offset)", faults: clockSkew, minDuration: 24 * time.Second},
 		{name: "rolling-restart", about: "SIGTERM and restart every node in turn under load, the leader last", faults: rollingRestart},
 		{name: "abuse", about: "an abusive machine token and a token-less client flood the cluster beside well-behaved members",
@@ -250,6 +251,39 @@ func diskFull(ctx context.Context, e *env) error {
 		if !e.c.Running(f) {
 			e.logf("%s exited on the full disk; starting it again", n.Name)
 			if err := e.c.Start(f); err != nil {
+				return err
+			}
+		}
+		e.sleep(ctx, 3*time.Second)
+	}
+	return ctx.Err()
+}
+
+// diskFullLeader fills the leader's data filesystem while writes flow. Its
+// next log write fails; with raft.parallel_write the followers may already
+// hold the entries it was writing, so those writes must come out as
+// indeterminate or committed, never as failed ones that happened anyway.
+// The leader steps down (or exits); its disk is freed and it rejoins.
+func diskFullLeader(ctx context.Context, e *env) error {
+	for ctx.Err() == nil {
+		l, err := e.leader(ctx)
+		if err != nil {
+			return err
+		}
+		n := e.c.Nodes[l]
+		e.logf("fill %s's data filesystem (it leads)", n.Name)
+		if err := e.disks.fill(n.DataDir); err != nil {
+			return err
+		}
+		if !e.sleep(ctx, 3*time.Second) {
+			e.disks.free(n.DataDir)
+			return ctx.Err()
+		}
+		e.logf("free %s's disk", n.Name)
+		e.disks.free(n.DataDir)
+		if !e.c.Running(l) {
+			e.logf("%s exited on the full disk; starting it again", n.Name)
+			if err := e.c.Start(l); err != nil {
 				return err
 			}
 		}

@@ -35,7 +35,7 @@ func TestParseFlags(t *testing.T) {
 
 func TestScenarios_CoverTheIssue(t *testing.T) {
 	want := []string{"leader-kill", "leader-pause", "partition-leader", "partition-halves", "partition-bridge", "one-way",
-		"slow-net", "restart-all", "disk-full", "clock-skew", "rolling-restart", "abuse", "docker-partition"}
+		"slow-net", "restart-all", "disk-full", "disk-full-leader", "clock-skew", "rolling-restart", "abuse", "docker-partition"}
 	have := map[string]bool{}
 	for _, s := range scenarios() {
 		have[s.name] = true
