@@ -246,17 +246,27 @@ func diskFull(ctx context.Context, e *env) error {
 			return err
 		}
 		e.sleep(ctx, 2*time.Second)
-		e.logf("free %s's disk", n.Name)
-		e.disks.free(n.DataDir)
-		if !e.c.Running(f) {
-			e.logf("%s exited on the full disk; starting it again", n.Name)
-			if err := e.c.Start(f); err != nil {
-				return err
-			}
+		if err := freeDisk(ctx, e, f); err != nil {
+			return err
 		}
-		e.sleep(ctx, 3*time.Second)
 	}
 	return ctx.Err()
+}
+
+// freeDisk frees node i's data filesystem, starts the node again if it
+// exited on the full disk, and gives it 3 s to rejoin.
+func freeDisk(ctx context.Context, e *env, i int) error {
+	n := e.c.Nodes[i]
+	e.logf("free %s's disk", n.Name)
+	e.disks.free(n.DataDir)
+	if !e.c.Running(i) {
+		e.logf("%s exited on the full disk; starting it again", n.Name)
+		if err := e.c.Start(i); err != nil {
+			return err
+		}
+	}
+	e.sleep(ctx, 3*time.Second)
+	return nil
 }
 
 // diskFullLeader fills the leader's data filesystem while writes flow. Its
@@ -279,15 +289,9 @@ func diskFullLeader(ctx context.Context, e *env) error {
 			e.disks.free(n.DataDir)
 			return ctx.Err()
 		}
-		e.logf("free %s's disk", n.Name)
-		e.disks.free(n.DataDir)
-		if !e.c.Running(l) {
-			e.logf("%s exited on the full disk; starting it again", n.Name)
-			if err := e.c.Start(l); err != nil {
-				return err
-			}
+		if err := freeDisk(ctx, e, l); err != nil {
+			return err
 		}
-		e.sleep(ctx, 3*time.Second)
 	}
 	return ctx.Err()
 }

@@ -179,12 +179,17 @@ func TestRaft_ParallelLeaderWriteReplicatesDuringTheLeadersWrite(t *testing.T) {
 func TestRaft_SequentialLeaderWriteWaitsForTheLeader(t *testing.T) {
 	rafts, stores, li := parallelCluster(t, false)
 	leader, ls := rafts[li], stores[li]
+	before := leader.getLastIndex()
 	release := ls.arm(nil)
 	defer release()
 	future := leader.Apply([]byte("x"), 5*time.Second)
 	<-ls.entered
-	index := leader.getLastIndex() + 1 // not yet published
-	time.Sleep(200 * time.Millisecond)
+	// The replicators send up to the last index, which the leader sets
+	// only after its write: nothing can reach a follower meanwhile.
+	if last := leader.getLastIndex(); last != before {
+		t.Fatalf("last index during the leader's write = %d, want %d (published before the write)", last, before)
+	}
+	index := before + 1
 	for i, s := range stores {
 		if i != li && s.has(index) {
 			t.Fatalf("follower %d stored entry %d before the leader's write", i, index)

@@ -1262,14 +1262,30 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 		r.leaderState.inflight.PushBack(applyLog)
 	}
 
-	if r.config().ParallelLeaderWrite {
-		r.dispatchLogsInParallel(applyLogs, logs, lastIndex, term)
-		return
+	// Patched (elanous-node): with Config.ParallelLeaderWrite the entries
+	// are published to the replicators (r.unstable, and the last log index)
+	// before the leader writes them, so the followers' disk writes overlap
+	// the leader's. The leader counts towards the commitment only once its
+	// own write is done.
+	parallel := r.config().ParallelLeaderWrite
+	prevIndex, prevTerm := r.getLastLog()
+	if parallel {
+		r.setUnstable(logs)
+		r.publishLastLog(lastIndex, term)
 	}
 
 	// Write the log entry locally
-	if err := r.logs.StoreLogs(logs); err != nil {
+	err := r.logs.StoreLogs(logs)
+	if parallel {
+		r.setUnstable(nil)
+	}
+	if err != nil {
 		r.logger.Error("failed to commit logs", "error", err)
+		if parallel {
+			// The followers may hold the entries and commit them.
+			r.setLastLog(prevIndex, prevTerm)
+			err = ErrLeadershipLost
+		}
 		for _, applyLog := range applyLogs {
 			applyLog.respond(err)
 		}
@@ -1278,8 +1294,17 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 	}
 	r.leaderState.commitment.match(r.localID, lastIndex)
 
-	// Update the last log since it's on disk now
-	r.setLastLog(lastIndex, term)
+	if !parallel {
+		// Update the last log since it's on disk now
+		r.publishLastLog(lastIndex, term)
+	}
+}
+
+// publishLastLog sets the last log entry and notifies the replicators of
+// it. Patched (elanous-node): the tail of upstream's dispatchLogs, shared by
+// both orders of dispatchLogs.
+func (r *Raft) publishLastLog(index, term uint64) {
+	r.setLastLog(index, term)
 
 	// Notify the replicators of the new log
 	for _, f := range r.leaderState.replState {
@@ -1287,39 +1312,16 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 	}
 }
 
-// dispatchLogsInParallel is the end of dispatchLogs with
-// Config.ParallelLeaderWrite: the entries are published to the replicators
-// (r.unstable, and the last log index) before the leader writes them, so
-// the followers' disk writes overlap the leader's. The leader counts towards
-// the commitment only once its own write is done. Patched (elanous-node).
-func (r *Raft) dispatchLogsInParallel(applyLogs []*logFuture, logs []*Log, lastIndex, term uint64) {
-	prevIndex, prevTerm := r.getLastLog()
+// setUnstable sets the entries the leader is writing while its replicators
+// already send them (nil once written). Patched (elanous-node).
+func (r *Raft) setUnstable(logs []*Log) {
 	r.unstableLock.Lock()
 	r.unstable = logs
 	r.unstableLock.Unlock()
-	r.setLastLog(lastIndex, term)
-	for _, f := range r.leaderState.replState {
-		asyncNotifyCh(f.triggerCh)
-	}
-
-	err := r.logs.StoreLogs(logs)
-	r.unstableLock.Lock()
-	r.unstable = nil
-	r.unstableLock.Unlock()
-	if err != nil {
-		r.logger.Error("failed to commit logs", "error", err)
-		r.setLastLog(prevIndex, prevTerm)
-		for _, applyLog := range applyLogs {
-			applyLog.respond(ErrLeadershipLost)
-		}
-		r.setState(Follower)
-		return
-	}
-	r.leaderState.commitment.match(r.localID, lastIndex)
 }
 
 // getReplicationLog reads the entry at index for a replicator: from the
-// entries the leader is still writing (dispatchLogsInParallel), else from
+// entries the leader is still writing (dispatchLogs), else from
 // the log store. Patched (elanous-node).
 func (r *Raft) getReplicationLog(index uint64, l *Log) error {
 	r.unstableLock.RLock()
