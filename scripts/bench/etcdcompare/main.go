@@ -21,9 +21,16 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	var err error
-	if len(os.Args) == 2 && os.Args[1] == watchHolderFlag {
+	switch {
+	case len(os.Args) == 2 && os.Args[1] == watchHolderFlag:
 		err = runWatchHolder(ctx, os.Stdin, os.Stdout)
-	} else {
+	case len(os.Args) >= 3 && len(os.Args) <= 4 && os.Args[1] == noopServeFlag:
+		forward := ""
+		if len(os.Args) == 4 {
+			forward = os.Args[3]
+		}
+		err = runNoopServer(ctx, os.Args[2], forward)
+	default:
 		err = run(ctx, os.Args[1:])
 	}
 	stop()

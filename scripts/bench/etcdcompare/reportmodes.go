@@ -41,6 +41,9 @@ func printModes(w io.Writer, rep *report) {
 				mib(c.Peaks[i].HighestRSS()), mib(c.Peaks[i].MaxDBBytes))
 		}
 	}
+	if c := rep.Ceiling; c != nil {
+		printCeiling(w, rep, c)
+	}
 	if len(rep.Targets) > 0 {
 		fmt.Fprintf(w, "\nTargets (MB read as MiB; a figure measured at other parameters than its bound is for says so):\n\n")
 		fmt.Fprintf(w, "| figure | value | bound | met |\n|---|---|---|---|\n")
@@ -158,4 +161,26 @@ func indexCell(m map[string]uint64) string {
 		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
 	}
 	return strings.Join(parts, ", ")
+}
+
+func printCeiling(w io.Writer, rep *report, c *ceilingReport) {
+	fmt.Fprintf(w, "\nHTTP/1.1 ceiling: the register row's requests, %d clients, answered at once with no work behind them:\n\n", rep.Options.Clients)
+	fmt.Fprintf(w, "| shape | requests/s |\n|---|---|\n")
+	fmt.Fprintf(w, "| every client on the answering process | %s |\n", loadCell(c.One))
+	fmt.Fprintf(w, "| spread over three processes, two forwarding to the first | %s |\n", loadCell(c.Spread))
+	if len(c.OfSpread) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n| elanous row | requests/s | of the spread ceiling | 1.5× the best etcd, of the spread ceiling |\n|---|---|---|---|\n")
+	for _, row := range rep.Rows {
+		f, ok := c.OfSpread[row.ID]
+		if !ok {
+			continue
+		}
+		need := "—"
+		if best := row.Results[row.BestEtcd]; best != nil && row.BestEtcd != "" {
+			need = fmt.Sprintf("%.0f%%", 150*best.OpsPerSec/c.Spread.OpsPerSec)
+		}
+		fmt.Fprintf(w, "| %s | %s | %.0f%% | %s |\n", row.ID, thousands(row.Results["elanous"].OpsPerSec), 100*f, need)
+	}
 }

@@ -70,6 +70,7 @@ type options struct {
 	calm              time.Duration
 	calmFraction      float64
 	calmRate          float64
+	ceiling           bool
 }
 
 // elanousModes reports whether an elanous-only measurement other than the
@@ -118,6 +119,14 @@ order):
   --calm D   an open loop at --calm-fraction of the keepalive row's peak for D
              (the peak is measured first when the keepalive row did not run);
              the leader changes each node counted
+
+The HTTP ceiling (--ceiling, after the systems): three processes of this
+driver on loopback, one answering every request at once and two forwarding
+each to it, carry the register row's requests with no work behind them,
+--clients clients for --duration: all on the answering process, then spread
+as the rows spread them. No API over per-request HTTP/1.1 passes the spread
+figure on this machine; each elanous row is given as a fraction of it.
+
 With --watches, --soak or --calm and no --ops, no row runs (and etcd is not
 started). RSS is VmRSS from /proc; the peak is VmHWM, reset at each phase's
 start.
@@ -159,6 +168,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.watchesPerAddress, "watches-per-address", 32, "watches on each candidate from one source address")
 	fs.DurationVar(&o.watchHold, "watch-hold", 15*time.Second, "how long the watches are held once open")
 	fs.DurationVar(&o.soak, "soak", 0, "soak: the keepalive row's shape for this long (0: none)")
+	fs.BoolVar(&o.ceiling, "ceiling", false, "after the systems, measure the bare HTTP/1.1 ceiling in the rows' client shape")
 	fs.DurationVar(&o.calm, "calm", 0, "calm run: an open loop at --calm-fraction of the peak for this long, counting leader changes (0: none)")
 	fs.Float64Var(&o.calmFraction, "calm-fraction", 0.8, "calm run: the fraction of the keepalive row's peak offered")
 	fs.Float64Var(&o.calmRate, "calm-rate", 0, "calm run: offer this many heartbeats/s instead of a fraction of the peak")
@@ -330,6 +340,8 @@ type report struct {
 	Watches *watchReport `json:"watches,omitempty"`
 	Soak    *soakReport  `json:"soak,omitempty"`
 	Calm    *calmReport  `json:"calm,omitempty"`
+	// Ceiling is the bare HTTP/1.1 ceiling, when asked for (--ceiling).
+	Ceiling *ceilingReport `json:"ceiling,omitempty"`
 	// Targets sets the figures measured beside the bounds the project holds
 	// them to.
 	Targets []target `json:"targets,omitempty"`
@@ -481,9 +493,15 @@ func run(ctx context.Context, args []string) error {
 		}
 		s.Stop()
 	}
+	if o.ceiling {
+		if rep.Ceiling, err = runCeiling(ctx, o, root, procs, pr); err != nil {
+			return err
+		}
+	}
 	rep.Host.LoadAvgEnd = loadAvg()
 	rep.RuntimeSeconds = time.Since(started).Seconds()
 	computeRatios(rep)
+	ceilingFractions(rep)
 	rep.Targets = targets(rep)
 	if o.json {
 		enc := json.NewEncoder(os.Stdout)
