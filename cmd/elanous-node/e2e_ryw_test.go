@@ -20,9 +20,18 @@ import (
 // The node must have stayed a follower throughout (the same holder and
 // generation at the end as at the start), or the reads were the leader's and
 // proved nothing about forwarding.
+//
+// The cluster runs with longer Raft timings than the other end-to-end tests
+// (ryWTimings): this test measures no failover, and a leader that steps down
+// because a loaded machine stalled its heartbeats past the e2e clusters' 150
+// ms lease would fail a write in flight with 503 outcome-unknown, which is
+// right for the node and no finding about read-your-writes.
 func TestE2E_ReadYourWritesThroughFollower(t *testing.T) {
 	const rounds = 100
 	c := newE2ECluster(t, 3)
+	for _, nd := range c.nodes {
+		c.writeConfig(nd, ryWTimings)
+	}
 	leader, primary := c.startAll()
 	follower := c.running(leader)[0]
 	t.Logf("leader %s (generation %d); writing and reading through follower %s", leader.id, primary.Generation, follower.id)
@@ -113,4 +122,12 @@ func TestE2E_ReadYourWritesThroughFollower(t *testing.T) {
 			follower.id, end.Holder, end.Generation, primary.Holder, primary.Generation, follower.id)
 	}
 	c.checkLogs(leader.proc, follower.proc)
+}
+
+// ryWTimings sets Raft timings with room for a stalled machine: 1 s heartbeat
+// and election timeouts, a 500 ms leader lease (the product defaults are 500,
+// 500 and 250 ms).
+func ryWTimings(doc map[string]any) {
+	r := doc["raft"].(map[string]any)
+	r["heartbeat_timeout"], r["election_timeout"], r["leader_lease_timeout"] = "1s", "1s", "500ms"
 }
