@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -136,7 +137,7 @@ func runCeiling(ctx context.Context, o options, root string, p *procs, pr *print
 			if shape.only {
 				u = urls[0]
 			}
-			c := &elClient{url: u, token: "ceiling-token-of-the-length-of-a-real-one-000000", http: newHTTPClient(), timeout: requestTimeout}
+			c := &elClient{url: u, token: strings.Repeat("0", 64), http: newHTTPClient(), timeout: requestTimeout}
 			clients = append(clients, c)
 			body := registerBody(benchID(i), "bench", benchTTLMs)
 			steps = append(steps, func(ctx context.Context) error { return c.register(ctx, body) })
@@ -159,23 +160,22 @@ func runCeiling(ctx context.Context, o options, root string, p *procs, pr *print
 
 // waitAnswer waits until u answers a request (the process is listening).
 func waitAnswer(ctx context.Context, u string) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	err := poll(ctx, 10*time.Second, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"/", nil)
 		if err != nil {
 			return err
 		}
 		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			return nil
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("ceiling process at %s does not answer: %w", u, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.Body.Close()
+	})
+	if err != nil {
+		return fmt.Errorf("ceiling process at %s does not answer: %w", u, err)
 	}
+	return nil
 }
 
 // ceilingFractions fills OfSpread from the report's elanous rows.
