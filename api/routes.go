@@ -91,6 +91,8 @@ func (s *Server) routeTable(metricsAuth bool) []route {
 		withAudit("lease.release", write(del, "/v1/leases/port/:port", noContent(s.releaseLease), ScopeMember, fsm.TableLeases, leaseBudget)),
 		read(get, "/v1/leases/port", answer(http.StatusOK, s.listLeases), ScopeQuery),
 		read(get, "/v1/leases/port/:port", answer(http.StatusOK, s.getLease), ScopeQuery),
+		// A read, though a POST: it proposes nothing (checkFence).
+		read(post, "/v1/fences/check", s.checkFence, ScopeQuery),
 
 		withAudit("token.issue", write(post, "/v1/tokens/member", answer(http.StatusCreated, s.issueToken), ScopeAdmin, fsm.TableTokens, defaultBudget)),
 		withAudit("token.revoke", write(del, "/v1/tokens/member/:machine", noContent(s.revokeToken), ScopeAdmin, fsm.TableTokens, defaultBudget)),
