@@ -28,6 +28,9 @@ func main() {
 }
 
 func run(ctx context.Context, args []string) int {
+	if len(args) > 0 && args[0] == fenceHolderCmd {
+		return fenceHolder(ctx, args[1:])
+	}
 	opt, err := parseFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

@@ -56,6 +56,8 @@ func scenarios() []scenario {
 		{name: "rolling-restart", about: "SIGTERM and restart every node in turn under load, the leader last", faults: rollingRestart},
 		{name: "abuse", about: "an abusive machine token and a token-less client flood the cluster beside well-behaved members",
 			faults: abuseFaults, minDuration: 16 * time.Second, stableLeader: true},
+		{name: "fences", about: "SIGSTOP a lease holder until its lease expires and the port goes to another holder; when it wakes its fence is refused by the check and the downstream guard",
+			faults: fencesFaults},
 		{name: "docker-partition", docker: true, about: "three containers from deploy/ (TLS, as deploy/compose.yaml runs): docker network disconnect and docker pause the leader", faults: dockerFaults},
 	}
 }

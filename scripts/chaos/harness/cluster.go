@@ -190,6 +190,15 @@ func makeTLS(bin, dir string, ips []string) (*tls.Config, error) {
 // nil for a plaintext cluster.
 func (c *Cluster) ClientTLS() *tls.Config { return c.tls }
 
+// CAFile returns the path of the cluster CA's certificate (PEM), or "" for
+// a plaintext cluster.
+func (c *Cluster) CAFile() string {
+	if c.tls == nil || c.cfg.Dir == "" {
+		return ""
+	}
+	return filepath.Join(c.cfg.Dir, "tls", "ca.pem")
+}
+
 // Attach returns a Cluster over nodes started by someone else (containers):
 // only its status methods work. tlsConfig, when not nil, is how clients
 // verify the nodes (https:// urls); ClientTLS returns it.
