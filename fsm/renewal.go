@@ -15,6 +15,9 @@ type Renewal struct {
 	Covered bool
 	// Value is the record as stored (a Resource or a PortLease) when Covered.
 	Value any
+	// TTLMs is the record's TTL: the leader derives the slack of a renewal
+	// it proposes from it.
+	TTLMs int64
 }
 
 // JudgeRenewal judges a HeartbeatResource or RenewLease at the cluster time
@@ -46,9 +49,9 @@ func (f *FSM) JudgeRenewal(cmd Command, now int64) (Renewal, error) {
 			return Renewal{}, err
 		}
 		if !sameAttrs(r, c) || r.ExpiresAt < a.now+r.TTLMs {
-			return Renewal{}, nil
+			return Renewal{TTLMs: r.TTLMs}, nil
 		}
-		return Renewal{Covered: true, Value: r}, nil
+		return Renewal{Covered: true, Value: r, TTLMs: r.TTLMs}, nil
 	case RenewLease:
 		c.Caller.Admin = false // renewal is the owner's alone, as in Apply
 		l, err := a.heldLease(c.Port, c.LeaseID, c.Caller)
@@ -56,9 +59,9 @@ func (f *FSM) JudgeRenewal(cmd Command, now int64) (Renewal, error) {
 			return Renewal{}, err
 		}
 		if l.ExpiresAt < a.now+l.TTLMs {
-			return Renewal{}, nil
+			return Renewal{TTLMs: l.TTLMs}, nil
 		}
-		return Renewal{Covered: true, Value: l}, nil
+		return Renewal{Covered: true, Value: l, TTLMs: l.TTLMs}, nil
 	}
 	return Renewal{}, fmt.Errorf("%w: %T is not a renewal", ErrInvalidCommand, cmd)
 }
