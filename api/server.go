@@ -69,20 +69,20 @@ type Server struct {
 	// peerToken is the weakest cluster token this node holds (query,
 	// else member, else admin): it authenticates the node's own requests
 	// to the leader (confirm.go). Swapped by SetTokens; never logged.
-	peerToken atomic.Pointer[string]
-	band          Band
-	log           *slog.Logger
-	client        *http.Client
-	rand          io.Reader
-	version       string
-	echo          *echo.Echo
-	metrics       *metrics
-	registry      *prometheus.Registry
-	httpServer    *http.Server
-	guard         *guard
-	audit         *Auditor
-	lagging       func() bool             // Deps.Lagging; nil: node.Lagging
-	parking       atomic.Pointer[parking] // set by Serve; nil: blocking queries wait in their handler
+	peerToken  atomic.Pointer[string]
+	band       Band
+	log        *slog.Logger
+	client     *http.Client
+	rand       io.Reader
+	version    string
+	echo       *echo.Echo
+	metrics    *metrics
+	registry   *prometheus.Registry
+	httpServer *http.Server
+	guard      *guard
+	audit      *Auditor
+	lagging    func() bool             // Deps.Lagging; nil: node.Lagging
+	parking    atomic.Pointer[parking] // set by Serve; nil: blocking queries wait in their handler
 }
 
 // New builds the server and its routes.
