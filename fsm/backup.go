@@ -113,7 +113,11 @@ func ReadBackup(r io.Reader) (*Backup, error) {
 	if err := doc.check(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidSnapshot, err)
 	}
-	st, err := doc.state()
+	resources, err := recordsOf(doc.Resources)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidSnapshot, err)
+	}
+	st, err := doc.state(resources)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidSnapshot, err)
 	}
