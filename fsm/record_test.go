@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -158,14 +159,40 @@ func TestReadSnapshot_AsDecode(t *testing.T) {
 			if got != want {
 				t.Errorf("readSnapshot state = %s\nwant %s", got, want)
 			}
+			// Strictly (ReadBackup), against the whole document decoded
+			// strictly with every resource checked.
+			b, gotErr := ReadBackup(bytes.NewReader(doc))
+			want, wantErr = strictWhole(doc)
+			if (gotErr != nil) != (wantErr != nil) {
+				t.Fatalf("ReadBackup error = %v, decoding it whole: %v", gotErr, wantErr)
+			}
+			if gotErr == nil {
+				var out strings.Builder
+				if err := viewOf(b.st).write(&out, b.applied); err != nil || out.String() != want {
+					t.Errorf("ReadBackup state = %s (%v)\nwant %s", out.String(), err, want)
+				}
+			}
 		})
 	}
+}
+
+// recordsOf stores the resources of a document decoded whole.
+func recordsOf(rs []Resource) (*btree.BTreeG[*record], error) {
+	tree := btree.NewG(btreeDegree, lessRecord)
+	for i := range rs {
+		rec, err := storedRecord(&rs[i])
+		if err != nil {
+			return nil, err
+		}
+		tree.ReplaceOrInsert(rec)
+	}
+	return tree, nil
 }
 
 // stateOfStream and stateOfWhole decode doc into a state, streamed or whole,
 // and encode it again.
 func stateOfStream(doc []byte) (string, error) {
-	d, resources, err := readSnapshot(bytes.NewReader(doc))
+	d, resources, err := readSnapshot(bytes.NewReader(doc), nil)
 	if err != nil {
 		return "", err
 	}
@@ -175,6 +202,34 @@ func stateOfStream(doc []byte) (string, error) {
 func stateOfWhole(doc []byte) (string, error) {
 	var d document
 	if err := json.NewDecoder(bytes.NewReader(doc)).Decode(&d); err != nil {
+		return "", err
+	}
+	resources, err := recordsOf(d.Resources)
+	if err != nil {
+		return "", err
+	}
+	return encodedState(d, resources)
+}
+
+// strictWhole is ReadBackup decoding the whole document at once.
+func strictWhole(doc []byte) (string, error) {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.DisallowUnknownFields()
+	var d document
+	if err := dec.Decode(&d); err != nil {
+		return "", err
+	}
+	if _, err := dec.Token(); err == nil {
+		return "", errDataAfter
+	}
+	ids := map[string]bool{}
+	for i := range d.Resources {
+		if err := checkResource(&d.Resources[i]); err != nil || ids[d.Resources[i].ID] {
+			return "", fmt.Errorf("resource %d: %v or given twice", i, err)
+		}
+		ids[d.Resources[i].ID] = true
+	}
+	if err := d.check(); err != nil {
 		return "", err
 	}
 	resources, err := recordsOf(d.Resources)

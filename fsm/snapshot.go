@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -179,7 +180,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 // time is held in its decoded form.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	doc, resources, err := readSnapshot(bufio.NewReaderSize(rc, 64<<10))
+	doc, resources, err := readSnapshot(bufio.NewReaderSize(rc, 64<<10), nil)
 	if err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
@@ -198,17 +199,30 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
+// strictRead is how ReadBackup reads a document: no unknown member, nothing
+// after the document, every resource checked (check) as it is read and none
+// given twice.
+type strictRead struct {
+	check func(r *Resource) error
+}
+
+// errDataAfter is readSnapshot's strict refusal of data after the document.
+var errDataAfter = errors.New("data after the document")
+
 // readSnapshot decodes a snapshot document as json.Decoder.Decode would into
 // a document, except that the resources are stored as records one by one
 // while the document is read, instead of decoded into doc.Resources (which
 // stays empty). The other members are small and decoded as a document. As
-// encoding/json does, a member name matches its field case-insensitively, a
-// member given twice keeps its last value, and anything after the document
-// is not read.
-func readSnapshot(r io.Reader) (document, *btree.BTreeG[*record], error) {
+// encoding/json does, a member name matches its field case-insensitively and
+// a member given twice keeps its last value. Anything after the document is
+// not read, unless strict (non-nil) refuses it.
+func readSnapshot(r io.Reader, strict *strictRead) (document, *btree.BTreeG[*record], error) {
 	var doc document
 	resources := btree.NewG(btreeDegree, lessRecord)
 	dec := json.NewDecoder(r)
+	if strict != nil {
+		dec.DisallowUnknownFields()
+	}
 	if tok, err := dec.Token(); err != nil {
 		return doc, nil, err
 	} else if tok != json.Delim('{') {
@@ -224,7 +238,7 @@ func readSnapshot(r io.Reader) (document, *btree.BTreeG[*record], error) {
 		key, _ := tok.(string) // an object's member names are strings
 		if strings.EqualFold(key, "resources") {
 			resources = btree.NewG(btreeDegree, lessRecord)
-			if err := readResources(dec, resources); err != nil {
+			if err := readResources(dec, resources, strict); err != nil {
 				return doc, nil, fmt.Errorf("resources: %w", err)
 			}
 			continue
@@ -247,16 +261,26 @@ func readSnapshot(r io.Reader) (document, *btree.BTreeG[*record], error) {
 	if _, err := dec.Token(); err != nil {
 		return doc, nil, err
 	}
+	if strict != nil {
+		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+			return doc, nil, errDataAfter
+		}
+	}
 	rest.WriteByte('}')
-	if err := json.Unmarshal(rest.Bytes(), &doc); err != nil {
+	restDec := json.NewDecoder(&rest)
+	if strict != nil {
+		restDec.DisallowUnknownFields()
+	}
+	if err := restDec.Decode(&doc); err != nil {
 		return doc, nil, err
 	}
 	return doc, resources, nil
 }
 
 // readResources reads the value of "resources" (an array of resources, or
-// null) into tree; a later record with an id replaces an earlier one.
-func readResources(dec *json.Decoder, tree *btree.BTreeG[*record]) error {
+// null) into tree; a later record with an id replaces an earlier one, or is
+// refused when strict.
+func readResources(dec *json.Decoder, tree *btree.BTreeG[*record], strict *strictRead) error {
 	tok, err := dec.Token()
 	if err != nil {
 		return err
@@ -272,11 +296,18 @@ func readResources(dec *json.Decoder, tree *btree.BTreeG[*record]) error {
 		if err := dec.Decode(&r); err != nil {
 			return err
 		}
+		if strict != nil {
+			if err := strict.check(&r); err != nil {
+				return err
+			}
+		}
 		rec, err := storedRecord(&r)
 		if err != nil {
 			return err
 		}
-		tree.ReplaceOrInsert(rec)
+		if _, dup := tree.ReplaceOrInsert(rec); dup && strict != nil {
+			return fmt.Errorf("resource %q appears twice", r.ID)
+		}
 	}
 	_, err = dec.Token()
 	return err
@@ -291,21 +322,8 @@ func storedRecord(r *Resource) (*record, error) {
 	return newRecord(r, attrs), nil
 }
 
-// recordsOf stores the resources of a document decoded whole (ReadBackup).
-func recordsOf(rs []Resource) (*btree.BTreeG[*record], error) {
-	tree := btree.NewG(btreeDegree, lessRecord)
-	for i := range rs {
-		rec, err := storedRecord(&rs[i])
-		if err != nil {
-			return nil, err
-		}
-		tree.ReplaceOrInsert(rec)
-	}
-	return tree, nil
-}
-
-// state builds the state the document and its resources (readSnapshot,
-// recordsOf) describe, indexes included.
+// state builds the state the document and its resources (readSnapshot)
+// describe, indexes included.
 func (doc document) state(resources *btree.BTreeG[*record]) (*state, error) {
 	if doc.Version < 1 || doc.Version > MaxFormat {
 		return nil, fmt.Errorf("snapshot version %d is not supported (this build reads 1 to %d)", doc.Version, MaxFormat)
