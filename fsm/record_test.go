@@ -120,12 +120,16 @@ func TestReadSnapshot_AsDecode(t *testing.T) {
 		"rich":          persist(t, rich(t).f),
 		"format 2 rich": persist(t, format2Rich(t).f),
 	}
-	for _, v := range []string{"v1", "v2"} {
-		data, err := os.ReadFile(filepath.Join("testdata", "format", v, "snapshot.json"))
+	fixtures, err := filepath.Glob(filepath.Join("testdata", "format", "v*", "snapshot.json"))
+	if err != nil || len(fixtures) < 2 {
+		t.Fatalf("the format fixtures: %v, %v", fixtures, err)
+	}
+	for _, path := range fixtures {
+		data, err := os.ReadFile(path)
 		if err != nil {
-			t.Fatalf("read the %s fixture: %v", v, err)
+			t.Fatalf("read the fixture %s: %v", path, err)
 		}
-		docs["fixture "+v] = data
+		docs["fixture "+filepath.Base(filepath.Dir(path))] = data
 	}
 	res := `[{"id":"machine:a","kind":"machine","machine":"a","ttlMs":5,"expiresAt":9,"attrs":{"x": [1, 2]}}]`
 	for name, doc := range map[string]string{
