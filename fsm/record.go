@@ -74,13 +74,13 @@ func newRecord(r *Resource, attrs string) *record {
 	b.WriteString(r.ID)
 	place := func(s string) (at, end uint32) {
 		if i := strings.Index(b.String(), s); i >= 0 {
-			return uint32(i), uint32(i + len(s))
+			return u32(i), u32(i + len(s))
 		}
-		at = uint32(b.Len())
+		at = u32(b.Len())
 		b.WriteString(s)
-		return at, uint32(b.Len())
+		return at, u32(b.Len())
 	}
-	rec := &record{idEnd: uint32(len(r.ID)),
+	rec := &record{idEnd: u32(len(r.ID)),
 		kind: unique.Make(r.Kind), owner: unique.Make(r.Owner),
 		observedAt: r.ObservedAt, ttlMs: r.TTLMs, registeredAt: r.RegisteredAt, renewedAt: r.RenewedAt,
 		expiresAt: r.ExpiresAt, revision: r.Revision,
@@ -88,7 +88,7 @@ func newRecord(r *Resource, attrs string) *record {
 	rec.machineAt, rec.machineEnd = place(r.Machine)
 	rec.nameAt, rec.nameEnd = place(r.Name)
 	rec.endpointAt, rec.endpointEnd = place(r.Endpoint)
-	rec.attrsAt = uint32(b.Len())
+	rec.attrsAt = u32(b.Len())
 	b.WriteString(attrs)
 	rec.text = b.String()
 	return rec
@@ -181,10 +181,17 @@ func lessRecordMachine(a, b *record) bool {
 }
 
 // probe returns a record for tree lookups by id.
-func probe(id string) *record { return &record{text: id, idEnd: uint32(len(id))} }
+func probe(id string) *record { return &record{text: id, idEnd: u32(len(id))} }
 
 // machineProbe returns a record that sorts before every record of machine in
 // the by-machine order.
 func machineProbe(machine string) *record {
-	return &record{text: machine, machineEnd: uint32(len(machine))}
+	return &record{text: machine, machineEnd: u32(len(machine))}
+}
+
+// u32 is an offset into a record's text, which is never near 4 GiB: a
+// command's strings and attrs are bounded (wire's limits, MaxAttrsBytes) and a
+// restored record is decoded whole, in memory, before it is stored.
+func u32(n int) uint32 {
+	return uint32(n) //nolint:gosec // G115: see above
 }
