@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 
@@ -18,12 +19,14 @@ import (
 // as no renewal can revive it.
 //
 // It is a read, not a write route: by default it is linearizable, confirmed
-// as a ReadIndex read is (a follower forwards it to the leader, which
-// confirms its leadership with a quorum and answers once it has applied
-// every entry committed before the request), so no candidate calls a fence
-// valid after the leader has moved past it. ?stale=true answers from the
-// node's own state and clock (fsm.FSM.LastNow), which may lag. A machine
-// token may check only its own machine's leases (403).
+// as a ReadIndex read is (cluster.Node.ConfirmedRead): the leader confirms
+// its leadership with a quorum after the request arrived, and the answering
+// node applies every entry committed before that and judges at the leader's
+// cluster time. A follower answers from its own state so, as the leader
+// would; when it cannot confirm it forwards the request. So no candidate
+// calls a fence valid after the leader has moved past it. ?stale=true
+// answers from the node's own state and clock (fsm.FSM.LastNow), which may
+// lag. A machine token may check only its own machine's leases (403).
 func (s *Server) checkFence(c echo.Context) error {
 	var req wire.FenceCheckRequest
 	if err := decodeStrict(c, &req, false); err != nil {
@@ -39,13 +42,17 @@ func (s *Server) checkFence(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	now := s.node.ClusterTime()
 	if !stale {
-		if err := s.onLeader(c, s.node.ReadIndex); err != nil {
+		err := s.onLeader(c, func(ctx context.Context) (err error) {
+			now, err = s.node.ConfirmedRead(ctx)
+			return err
+		})
+		if err != nil {
 			return err
 		}
 	}
 	s.readHeaders(c, fsm.TableLeases)
-	now := s.node.ClusterTime()
 	l, ok := s.node.FSM().Lease(req.Port)
 	live := ok && l.ExpiresAt > now
 	if live && !identity(c).coversMachine(l.Machine) {

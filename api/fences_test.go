@@ -3,14 +3,17 @@ package api_test
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/elanous/elanous-node/api"
 	"github.com/elanous/elanous-node/api/apitest"
 	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/elanous/elanous-node/member"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // fenceCall is POST /v1/fences/check of port and fence through url.
@@ -52,7 +55,13 @@ func wantStale(t *testing.T, what string, r testutil.Reply, current uint64) {
 // leader has moved past; bad input; and valid across a leader stop. The
 // subtests share one cluster and run in order; the last stops the leader.
 func TestServer_FenceCheck(t *testing.T) {
-	c := apitest.Start(t, clusterOptions())
+	opts := clusterOptions()
+	reg := make(registries, 3)
+	opts.API = func(i int, d *api.Deps) {
+		reg[i] = prometheus.NewRegistry()
+		d.Registry = reg[i]
+	}
+	c := apitest.Start(t, opts)
 	query, memberToken := c.Tokens.Query, c.Tokens.Member
 	leader := c.Nodes[c.Leader()]
 	follower := c.Nodes[c.Follower()]
@@ -60,8 +69,14 @@ func TestServer_FenceCheck(t *testing.T) {
 
 	t.Run("valid while held", func(t *testing.T) {
 		l := acquire(t, leader.URL, memberToken, req)
+		fi := slices.Index(c.Nodes, follower)
+		forwards := reg.metric(t, fi, "elanous_forwards_total")
 		r := testutil.Send(t, fenceCall(follower.URL, query, l.Port, l.Fence))
 		wantValid(t, "check through the follower", r, l)
+		// The follower confirmed with the leader and answered itself.
+		if got := reg.metric(t, fi, "elanous_forwards_total"); got != forwards {
+			t.Errorf("the follower forwarded the check (elanous_forwards_total %v -> %v), want it answered from its confirmed state", forwards, got)
+		}
 		if got := headerUint(t, r, wire.HeaderIndex); got < l.Fence {
 			t.Errorf("%s = %d, want at least the grant's index %d", wire.HeaderIndex, got, l.Fence)
 		}

@@ -53,18 +53,3 @@ func (n *Node) Lagging() bool {
 	applied := n.raft.AppliedIndex()
 	return n.raft.CommitIndex() > applied || n.raft.LastIndex() > applied
 }
-
-// ClusterTime returns the cluster time (Unix ms) a read judges TTLs at
-// (ARCHITECTURE.md, "Time model"). On the ready leader it is the lease clock
-// a command proposed now would be stamped with, never below the latest
-// applied time; elsewhere it is the latest applied time (fsm.FSM.LastNow),
-// which lags the leader's clock by up to the sweep interval. A record with
-// expiresAt at or before it is due: no command may renew it. Safe for
-// concurrent use.
-func (n *Node) ClusterTime() int64 {
-	last := n.fsm.LastNow()
-	if l, err := n.readyLeadership(); err == nil {
-		return max(l.now(), last)
-	}
-	return last
-}
