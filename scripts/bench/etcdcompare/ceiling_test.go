@@ -81,7 +81,7 @@ func TestCeilingFractions(t *testing.T) {
 		Rows: []rowReport{
 			{rowSpec: rowSpec{ID: rowWrite}, BestEtcd: "etcd 3.4", Results: map[string]*stats{"elanous": {OpsPerSec: 4000}, "etcd 3.4": {OpsPerSec: 5000}}},
 			{rowSpec: rowSpec{ID: rowSingle}, Results: map[string]*stats{"elanous": {OpsPerSec: 700}}},
-			{rowSpec: rowSpec{ID: rowKeepalive}, Results: map[string]*stats{"etcd 3.4": {OpsPerSec: 9000}}},
+			{rowSpec: rowSpec{ID: rowRenewal}, Results: map[string]*stats{"etcd 3.4": {OpsPerSec: 9000}}},
 		},
 		Ceiling: &ceilingReport{One: &stats{OpsPerSec: 30000}, Spread: &stats{OpsPerSec: 16000}},
 	}

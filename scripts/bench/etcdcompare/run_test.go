@@ -14,7 +14,12 @@ func TestParseOptions(t *testing.T) {
 		wantErr bool
 		wantOps []string
 	}{
-		{"defaults", nil, false, []string{rowWrite, rowLock, rowKeepalive, rowSingle, rowFailover}},
+		{"defaults", nil, false, defaultRows},
+		{"keepalive is the renewal row", []string{"--ops", "keepalive,renewal,load"}, false, []string{rowRenewal, rowLoad}},
+		{"open needs a population", []string{"--ops", "open"}, true, nil},
+		{"open over a fill", []string{"--ops", "open", "--fill", "100"}, false, []string{rowOpen}},
+		{"open over its own members", []string{"--ops", "open", "--open-members", "10"}, false, []string{rowOpen}},
+		{"negative open leases", []string{"--ops", "open", "--open-members", "10", "--open-leases", "-1"}, true, nil},
 		{"subset keeps order given, drops repeats", []string{"--ops", "single, write,single"}, false, []string{rowSingle, rowWrite}},
 		{"unknown row", []string{"--ops", "write,bogus"}, true, nil},
 		{"empty ops", []string{"--ops", ","}, true, nil},

@@ -29,7 +29,7 @@ type scaleReport struct {
 	// AtRest is each node's footprint once the fill is done and the leases
 	// are held, before any load.
 	AtRest []nodeSample `json:"atRest"`
-	// EmptyHeartbeat is the keepalive row's shape (closed loop, --clients
+	// EmptyHeartbeat is the renewal row's shape (closed loop, --clients
 	// clients) on the empty state before the fill; FilledHeartbeat the same
 	// after it; HeartbeatRatio filled / empty.
 	EmptyHeartbeat  *stats  `json:"emptyHeartbeat"`
@@ -131,12 +131,12 @@ type heldLease struct {
 }
 
 // holdLeases acquires n port leases through the leader, each for a machine of
-// its own (a machine may hold at most a quarter of the band), with the longest
-// TTL, so they stay held without renewals. release gives them back.
-func (s *elanousSystem) holdLeases(ctx context.Context, n int) (release func(context.Context) error, err error) {
+// its own named prefix-i (a machine may hold at most a quarter of the band),
+// with TTL ttlMs. release gives them back.
+func (s *elanousSystem) holdLeases(ctx context.Context, n int, prefix string, ttlMs int64) (leases []heldLease, release func(context.Context) error, err error) {
 	l, err := s.Leader(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c := &elClient{url: s.nodes[l].url, token: s.token, http: newHTTPClient(), timeout: requestTimeout}
 	var held []heldLease
@@ -153,18 +153,18 @@ func (s *elanousSystem) holdLeases(ctx context.Context, n int) (release func(con
 		return errors.Join(errs...)
 	}
 	for i := range n {
-		body, err := json.Marshal(wire.AcquireRequest{Machine: fmt.Sprintf("scale-%d", i), Purpose: "bench-scale", TTLMs: wire.MaxLeaseTTLMs})
+		body, err := json.Marshal(wire.AcquireRequest{Machine: fmt.Sprintf("%s-%d", prefix, i), Purpose: "bench-" + prefix, TTLMs: ttlMs})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		var pl wire.PortLease
 		if err := c.do(ctx, http.MethodPost, "/v1/leases/port", body, nil, http.StatusCreated, &pl); err != nil {
 			_ = release(ctx)
-			return nil, fmt.Errorf("acquire lease %d of %d: %w", i+1, n, err)
+			return nil, nil, fmt.Errorf("acquire lease %d of %d: %w", i+1, n, err)
 		}
 		held = append(held, heldLease{port: pl.Port, leaseID: pl.LeaseID})
 	}
-	return release, nil
+	return held, release, nil
 }
 
 // openHeartbeats runs an open loop of heartbeats at rate for d over clients
@@ -317,7 +317,7 @@ func runScale(ctx context.Context, s *elanousSystem, o options, empty *stats, fi
 
 	if o.leases > 0 {
 		pr.logf("elanous: scale: holding %d port leases, one machine each", o.leases)
-		release, err := s.holdLeases(ctx, o.leases)
+		_, release, err := s.holdLeases(ctx, o.leases, "scale", wire.MaxLeaseTTLMs)
 		if err != nil {
 			return nil, err
 		}
@@ -332,7 +332,7 @@ func runScale(ctx context.Context, s *elanousSystem, o options, empty *stats, fi
 		pr.logf("elanous: scale: %s at rest with %d resources and %d leases: RSS %s, raft.db %s", n.Node, o.fill, o.leases, mib(n.RSSBytes), mib(n.DBBytes))
 	}
 
-	st, err := runRow(ctx, s, rowKeepalive, o.clients, o.duration, pr)
+	st, err := runRow(ctx, s, rowRenewal, o.clients, o.duration, pr)
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat at %d resources: %w", o.fill, err)
 	}
