@@ -67,7 +67,11 @@ func printScale(w io.Writer, rep *report, sc *scaleReport) {
 	fmt.Fprintf(w, "\nScale phase (elanous, %d resources, %d port leases held, one machine each):\n\n", sc.Resources, sc.Leases)
 	fmt.Fprintf(w, "- heartbeat, the renewal row's shape (%d clients, closed loop): %s on the empty state, %s at %d resources: %.2f×\n",
 		rep.Options.Clients, loadCell(sc.EmptyHeartbeat), loadCell(sc.FilledHeartbeat), sc.Resources, sc.HeartbeatRatio)
-	fmt.Fprintf(w, "- open loop, each request on the next resource, %d connections: %s\n", rep.Options.OpenClients, openCell(sc.Open))
+	primed := ""
+	if sc.Primed > 0 {
+		primed = fmt.Sprintf(" (after one heartbeat of each of the %d resources it renews, in %.1f s, so its renewals are covered as in a steady state)", sc.Primed, sc.PrimeSeconds)
+	}
+	fmt.Fprintf(w, "- open loop, each request on the next resource, %d connections%s: %s\n", rep.Options.OpenClients, primed, openCell(sc.Open))
 	if len(sc.Snapshots) == 0 {
 		fmt.Fprintf(w, "- snapshots with %d resources: none completed within %.0f s after the load (raft last_snapshot_index: %s)\n", sc.Resources, sc.SnapshotWaitSeconds, indexCell(sc.LastSnapshotIndex))
 	} else {
@@ -212,7 +216,7 @@ func printOpenRow(w io.Writer, rep *report, or *openRowReport) {
 			mix = append(mix, fmt.Sprintf("%s %ss", thousands(float64(n)), k))
 		}
 	}
-	fmt.Fprintf(w, "\nOpen row (elanous): %d members (%s records), %d port leases each (spread over %d held), %d requests per member per 300 s: %s/s at the cadence; due within the %.0f s run: %s. %d instances and leases renewed once before the clock, in %.1f s.\n",
+	fmt.Fprintf(w, "\nOpen row (elanous): %d members (%s records), port leases per member: %d (their renewals spread over %d held), %d requests per member per 300 s: %s/s at the cadence; due within the %.0f s run: %s. %d instances and leases renewed once before the clock, in %.1f s.\n",
 		or.Members, or.Records, or.Leases, or.HeldLeases, or.PerCycle, thousands(or.CadencePerSec), rep.Options.RateSeconds, strings.Join(mix, ", "), or.Primed, or.PrimeSeconds)
 	if len(or.Peaks) == 0 {
 		return

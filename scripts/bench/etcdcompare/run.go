@@ -474,8 +474,11 @@ func run(ctx context.Context, args []string) error {
 	if o.watches > 0 {
 		rep.Options.WatchesPerAddress = o.watchesPerAddress
 	}
-	if o.calm > 0 || (o.fill > 0 && o.scale) {
+	if o.calm > 0 || (o.fill > 0 && o.scale) || slices.Contains(o.ops, rowOpen) {
 		rep.Options.OpenClients = o.openClients
+	}
+	if slices.Contains(o.ops, rowOpen) {
+		rep.Options.RateSeconds = o.rateDuration.Seconds()
 	}
 	if o.calm > 0 {
 		rep.Options.CalmFraction = o.calmFraction

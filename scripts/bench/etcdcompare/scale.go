@@ -38,6 +38,13 @@ type scaleReport struct {
 	// Open is the open loop: --rate heartbeats/s for --rate-duration, each on
 	// the next of the N resources.
 	Open *stats `json:"openLoop"`
+	// Primed is how many of the N resources were heartbeat once before the
+	// open loop's clock (every one it renews, with --fill-shape instance),
+	// in PrimeSeconds: the first renewal after a register is a write with
+	// the slack, and from then on a renewal is covered, as a member's is in
+	// its steady state.
+	Primed       int     `json:"primed,omitempty"`
+	PrimeSeconds float64 `json:"primeSeconds,omitempty"`
 	// Snapshots are those started after the fill (with N resources in the
 	// state); SnapshotWaitSeconds how long the phase waited for them after
 	// the load, and LastSnapshotIndex each node's raft last_snapshot_index
@@ -342,6 +349,23 @@ func runScale(ctx context.Context, s *elanousSystem, o options, empty *stats, fi
 		pr.logf("elanous: scale: heartbeat at %d resources %s/s, on the empty state %s/s: %.2f×", o.fill, thousands(st.OpsPerSec), thousands(empty.OpsPerSec), rep.HeartbeatRatio)
 	}
 
+	if o.fillShape == shapeInstance {
+		// Machine records publish a new load on every beat: each is a write
+		// whatever came before, so only renewals are primed.
+		n := min(o.fill, schedule{rate: o.rate, d: o.rateDuration}.total())
+		pr.logf("elanous: scale: priming: one heartbeat of each of the %d resources the open loop renews", n)
+		t0 := time.Now()
+		cs := s.clients(o.clients, -1, requestTimeout)
+		err := runParallel(ctx, n, o.clients, func(ctx context.Context, w, i int) error {
+			return retry(ctx, 3, func(ctx context.Context) error { return cs[w].heartbeat(ctx, o.fillShape.id(i)) })
+		}, nil)
+		closeIdle(cs)
+		if err != nil {
+			return nil, fmt.Errorf("prime the open loop: %w", err)
+		}
+		rep.Primed, rep.PrimeSeconds = n, time.Since(t0).Seconds()
+		pr.logf("elanous: scale: primed %d resources in %.1fs (%s/s)", n, rep.PrimeSeconds, thousands(float64(n)/rep.PrimeSeconds))
+	}
 	pr.logf("elanous: scale: open loop of %s heartbeats/s for %s over the %d resources, %d connections", thousands(o.rate), o.rateDuration, o.fill, o.openClients)
 	rep.Open, err = s.openHeartbeats(ctx, o.rate, o.rateDuration, o.openClients, func(k int) (string, []byte) {
 		return o.fillShape.id(k % o.fill), o.fillShape.heartbeat(k%o.fill, k)
