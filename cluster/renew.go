@@ -339,7 +339,7 @@ func (rs *rounds) join(ctx context.Context) (Confirmation, error) {
 	}
 	if !rs.running {
 		rs.running = true
-		go rs.loop()
+		go rs.loop() //nolint:gosec // G118: a round serves every caller waiting on it, not this one; roundTimeout and the node's stop bound it
 	}
 	rs.mu.Unlock()
 	select {
