@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -157,14 +158,39 @@ func TestE2E_Console(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	timeline := r.Status != http.StatusNotFound
+	var tl struct {
+		Format  int `json:"format"`
+		Entries []struct {
+			Kind string `json:"kind"`
+		} `json:"entries"`
+	}
+	timeline := false // the cluster keeps a timeline (format level 4 and up)
+	switch r.Status {
+	case http.StatusNotFound:
+		t.Logf("%s answers GET /v1/cluster/timeline 404: checking the view says it is not served", f.id)
+	case http.StatusOK:
+		if err := json.Unmarshal(r.Body, &tl); err != nil {
+			t.Fatalf("GET /v1/cluster/timeline: %v", err)
+		}
+		timeline = len(tl.Entries) > 0
+		t.Logf("GET /v1/cluster/timeline: format %d, %d entries", tl.Format, len(tl.Entries))
+	default:
+		t.Fatalf("GET /v1/cluster/timeline = %d %s", r.Status, r.Body)
+	}
 	b.do("open the timeline", chromedp.Click(chromedp.CSS(`nav a[data-view="timeline"]`)))
 	_, primary = c.waitPrimary(nil, 0, 15*time.Second)
-	if timeline {
+	switch {
+	case timeline:
 		b.waitJS("the primary's claim on the timeline", fmt.Sprintf(`document.querySelector("ol.timeline li.entry.claim")?.dataset.generation === "%d"`, primary.Generation), 10*time.Second)
-	} else {
-		t.Logf("%s answers GET /v1/cluster/timeline %d: checking the view says it is not served", f.id, r.Status)
+	case r.Status == http.StatusOK:
+		b.waitJS("the empty timeline's notice", `document.querySelector(".view-timeline .notice")?.textContent.includes("No entry yet")`, 10*time.Second)
+	default:
 		b.waitJS("the timeline's absence", `document.querySelector(".view-timeline .notice")?.textContent.includes("does not serve the timeline")`, 10*time.Second)
+	}
+	if consoleServesEvents(t, f.url, c.tokens.Query) {
+		b.waitJS("the live stream", `document.getElementById("status").textContent.startsWith("Live")`, 10*time.Second)
+	} else {
+		b.waitJS("polling without a stream", `document.getElementById("status").textContent.startsWith("Polling")`, 10*time.Second)
 	}
 
 	// A leader SIGKILL, followed live on the cluster view and the timeline.
@@ -246,4 +272,23 @@ func TestE2E_Console(t *testing.T) {
 func primaryHooks(p wire.Primary) string {
 	return fmt.Sprintf(`document.getElementById("primary").dataset.primaryHolder === %s && document.getElementById("primary").dataset.primaryGeneration === "%d"`,
 		jsString(p.Holder), p.Generation)
+}
+
+// consoleServesEvents reports whether the node at url answers GET /v1/events
+// with an event stream (it reads only the headers).
+func consoleServesEvents(t *testing.T, url, token string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/v1/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := e2eClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET /v1/events: %v", err)
+	}
+	defer resp.Body.Close()
+	return resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 }
