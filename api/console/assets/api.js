@@ -8,7 +8,8 @@ const KEY = 'elanous.token';
 export function takeFragmentToken() {
   const m = /(?:^#|&)token=([^&]*)/.exec(location.hash);
   if (!m) return;
-  const t = decodeURIComponent(m[1]).trim();
+  let t = m[1];
+  try { t = decodeURIComponent(t).trim(); } catch { /* not percent-encoded: as is */ }
   if (t) sessionStorage.setItem(KEY, t);
   history.replaceState(history.state, '', location.pathname + location.search);
 }

@@ -77,9 +77,9 @@ export function openStream(cb) {
   function dispatch(ev) {
     let data = ev.data.join('\n');
     try { data = JSON.parse(data); } catch { /* not JSON */ }
-    const type = ev.type || (data && data.topic) || 'message';
-    if (type === 'reset') lastId = '';
-    cb.onEvent(type, data);
+    // A reset's id is the index the stream goes on after: kept as the resume
+    // point, while the caller re-reads everything.
+    cb.onEvent(ev.type || 'message', data);
   }
 
   function again(err) {
