@@ -22,6 +22,10 @@ import (
 	"github.com/elanous/elanous-node/internal/testutil"
 )
 
+// consoleWait bounds each wait for the page: generous, as headless Chromium
+// on a loaded two-core machine can take seconds to run a module.
+const consoleWait = 45 * time.Second
+
 // browserEnv is set to 1 by scripts/test: the console test then fails when
 // no Chromium is installed instead of skipping (docs/console.md).
 const browserEnv = "ELANOUS_TEST_BROWSER"
@@ -71,7 +75,7 @@ func newBrowser(t *testing.T) *browser {
 	dir := os.Getenv(artifactsEnv)
 	if dir == "" {
 		dir = t.TempDir()
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+	} else if err := os.MkdirAll(dir, 0o750); err != nil {
 		t.Fatal(err)
 	}
 	b := &browser{t: t, ctx: ctx, dir: dir}
@@ -144,7 +148,7 @@ func (b *browser) shot(name string) {
 		b.t.Fatalf("screenshot %s: %v", name, err)
 	}
 	path := filepath.Join(b.dir, name+".png")
-	if err := os.WriteFile(path, png, 0o644); err != nil { //nolint:gosec // G306: a screenshot for people to look at
+	if err := os.WriteFile(path, png, 0o644); err != nil {
 		b.t.Fatal(err)
 	}
 	b.t.Logf("screenshot %s (%d bytes)", path, len(png))

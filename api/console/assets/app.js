@@ -93,8 +93,8 @@ function render() {
 
 function status() {
   const how = { live: 'Live (event stream)', polling: 'Polling every second (this node has no event stream)',
-    reconnecting: 'Reconnecting to the event stream…', paused: 'Paused while the tab is hidden', starting: 'Connecting…' }[state.mode];
-  $('status').textContent = how + (state.updatedAt ? ' · updated ' + clock(state.updatedAt) : '');
+    reconnecting: 'Reconnecting to the event stream…', starting: 'Connecting…' }[state.mode];
+  $('status').textContent = (document.hidden ? 'Paused while the tab is hidden' : how) + (state.updatedAt ? ' · updated ' + clock(state.updatedAt) : '');
 }
 
 async function read(key) {
@@ -227,7 +227,7 @@ function init() {
   $('forget').addEventListener('click', () => stop(''));
   document.addEventListener('visibilitychange', () => {
     if (!state.running) return;
-    if (document.hidden) { stopStream(); if (!state.polling) state.mode = 'paused'; status(); return; }
+    if (document.hidden) { stopStream(); if (!state.polling) state.mode = 'starting'; status(); return; }
     for (const k of Object.keys(sources)) state.dirty.add(k);
     startStream();
     tick();
