@@ -11,7 +11,15 @@ import (
 	"github.com/elanous/elanous-node/api/console"
 )
 
-func get(t *testing.T, h http.Handler, method, path string, hdr ...string) *http.Response {
+// reply is a recorded answer, its body read.
+type reply struct {
+	StatusCode    int
+	Header        http.Header
+	ContentLength int64
+	body          []byte
+}
+
+func get(t *testing.T, h http.Handler, method, path string, hdr ...string) reply {
 	t.Helper()
 	req := httptest.NewRequest(method, path, nil)
 	for i := 0; i+1 < len(hdr); i += 2 {
@@ -19,7 +27,13 @@ func get(t *testing.T, h http.Handler, method, path string, hdr ...string) *http
 	}
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, req)
-	return w.Result()
+	resp := w.Result()
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reply{StatusCode: resp.StatusCode, Header: resp.Header, ContentLength: int64(len(body)), body: body}
 }
 
 func TestConsole_ViewsAssetsAndHeaders(t *testing.T) {
@@ -30,8 +44,7 @@ func TestConsole_ViewsAssetsAndHeaders(t *testing.T) {
 	}
 	for _, p := range paths {
 		resp := get(t, h, http.MethodGet, p)
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		body := resp.body
 		for k, v := range console.Headers {
 			if got := resp.Header.Get(k); got != v {
 				t.Errorf("GET %s: %s = %q, want %q", p, k, got, v)
@@ -81,9 +94,7 @@ func TestConsole_ViewsAssetsAndHeaders(t *testing.T) {
 // handler, which the Content-Security-Policy would refuse, and loads nothing
 // from another origin.
 func TestConsole_NoInlineCode(t *testing.T) {
-	resp := get(t, console.New(), http.MethodGet, "/ui/")
-	body, _ := io.ReadAll(resp.Body)
-	page := string(body)
+	page := string(get(t, console.New(), http.MethodGet, "/ui/").body)
 	for _, bad := range []string{"<script>", "<style", " style=", " onclick=", " onload=", "javascript:", "http://", "https://"} {
 		if strings.Contains(page, bad) {
 			t.Errorf("index.html contains %q", bad)
