@@ -49,6 +49,8 @@ type document struct {
 	Candidates []Candidate `json:"candidates,omitempty"`
 	// Limits are the abuse limits as set (format 2).
 	Limits Limits `json:"limits"`
+	// Timeline is the timeline, oldest first (format 4).
+	Timeline []TimelineEntry `json:"timeline,omitempty"`
 	// Applied is the FSM's last applied index when the snapshot was taken. It
 	// is zero, and so absent, in the document Hash encodes.
 	Applied uint64 `json:"applied,omitempty"`
@@ -70,6 +72,7 @@ type view struct {
 	idem      []idemRecord
 	cands     []Candidate
 	limits    Limits
+	timeline  []TimelineEntry
 	primary   Primary
 	format    int
 	lastNow   int64
@@ -148,6 +151,10 @@ func (v view) write(out io.Writer, applied uint64) error {
 		put(`,"limits":`)
 		value(v.limits)
 	}
+	if v.format >= TimelineFormat {
+		put(`,"timeline":`)
+		list(len(v.timeline), func(i int) { value(v.timeline[i]) })
+	}
 	if applied != 0 {
 		put(`,"applied":` + strconv.FormatUint(applied, 10))
 	}
@@ -181,6 +188,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer f.mu.Unlock()
 	f.st = st
 	f.applied = doc.Applied
+	f.ring.reset(doc.Applied)
 	for t := range f.watches {
 		close(f.watches[t])
 		f.watches[t] = make(chan struct{})
@@ -235,6 +243,13 @@ func (doc document) state() (*state, error) {
 	for _, c := range doc.Candidates {
 		st.candidates[c.Machine] = c
 	}
+	if doc.Version < TimelineFormat && len(doc.Timeline) > 0 {
+		return nil, fmt.Errorf("snapshot version %d holds a timeline, which came with version %d", doc.Version, TimelineFormat)
+	}
+	if len(doc.Timeline) > TimelineMax {
+		return nil, fmt.Errorf("a timeline of %d entries, at most %d", len(doc.Timeline), TimelineMax)
+	}
+	st.timeline = doc.Timeline
 	st.limits = doc.Limits
 	st.primary = doc.Primary
 	st.lastNow = doc.LastNow
