@@ -170,30 +170,46 @@ func (f *FSM) EventsFrom(after uint64, resume bool) EventStart {
 	return st
 }
 
-// ReadEvents appends to buf (up to cap(buf) events) the events after the
-// cursor and returns them with the advanced cursor and a channel closed when
-// more events arrive. A status other than EventsOK means the cursor lost
-// events; the returned cursor then starts at the present and after is the
-// index it continues after.
-func (f *FSM) ReadEvents(c EventCursor, buf []Event) (evs []Event, next EventCursor, status EventStatus, after uint64, wake <-chan struct{}) {
+// EventRead is what ReadEvents returns.
+type EventRead struct {
+	// Events are the events after the cursor (none when Status is not
+	// EventsOK).
+	Events []Event
+	// Next is the cursor after Events; when Status is not EventsOK it starts
+	// at the present, after index After.
+	Next   EventCursor
+	Status EventStatus
+	After  uint64
+	// Floor is the lowest index a resume may start after.
+	Floor uint64
+	// Wake is closed when more events arrive.
+	Wake <-chan struct{}
+}
+
+// ReadEvents appends to buf (up to cap(buf), at least one) the events after
+// the cursor. A status other than EventsOK means the cursor lost events.
+func (f *FSM) ReadEvents(c EventCursor, buf []Event) EventRead {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	r := &f.ring
+	res := EventRead{Floor: r.floor, Wake: r.wake, Events: buf[:0]}
 	if c.seq < r.first {
-		status = EventsSlow
+		res.Status = EventsSlow
 		if c.seq < r.restored {
-			status = EventsRestored
+			res.Status = EventsRestored
 		}
-		return buf[:0], EventCursor{seq: r.next, after: f.applied}, status, f.applied, r.wake
+		res.After = f.applied
+		res.Next = EventCursor{seq: r.next, after: f.applied}
+		return res
 	}
-	evs = buf[:0]
-	for c.seq < r.next && len(evs) < cap(buf) {
+	for c.seq < r.next && len(res.Events) < max(cap(buf), 1) {
 		if e := r.at(c.seq); e.Index > c.after {
-			evs = append(evs, *e)
+			res.Events = append(res.Events, *e)
 		}
 		c.seq++
 	}
-	return evs, c, EventsOK, 0, r.wake
+	res.Next = c
+	return res
 }
 
 // SetEventRing sets the ring's capacity and forgets the events held. Call it

@@ -14,15 +14,15 @@ func drain(t *testing.T, f *FSM, c EventCursor) ([]Event, EventCursor) {
 	var out []Event
 	buf := make([]Event, 0, 7) // a small buffer: reads span several calls
 	for {
-		evs, next, status, _, _ := f.ReadEvents(c, buf)
-		if status != EventsOK {
-			t.Fatalf("ReadEvents() status = %d, want EventsOK", status)
+		r := f.ReadEvents(c, buf)
+		if r.Status != EventsOK {
+			t.Fatalf("ReadEvents() status = %d, want EventsOK", r.Status)
 		}
-		out = append(out, evs...)
-		if next == c {
+		out = append(out, r.Events...)
+		if r.Next == c {
 			return out, c
 		}
-		c = next
+		c = r.Next
 	}
 }
 
@@ -190,12 +190,12 @@ func TestFSM_EventsRingIsBounded(t *testing.T) {
 		t.Errorf("resume after 2 = %v", got)
 	}
 	// A reader that did not keep up is told so, and starts at the present.
-	_, next, status, after, _ := h.f.ReadEvents(slow, make([]Event, 0, 8))
-	if status != EventsSlow || after != 4 {
-		t.Errorf("slow reader: status %d after %d, want EventsSlow after 4", status, after)
+	r := h.f.ReadEvents(slow, make([]Event, 0, 8))
+	if r.Status != EventsSlow || r.After != 4 || r.Floor != 2 {
+		t.Errorf("slow reader: status %d after %d floor %d, want EventsSlow after 4, floor 2", r.Status, r.After, r.Floor)
 	}
 	h.mustApply(registerCmd(t0, memberCaller, "machine:f", "f"))
-	if got, _ := drain(t, h.f, next); !slices.Equal(briefs(got), []string{"5 resources put machine:f"}) {
+	if got, _ := drain(t, h.f, r.Next); !slices.Equal(briefs(got), []string{"5 resources put machine:f"}) {
 		t.Errorf("after the slow status: %v", briefs(got))
 	}
 }
@@ -210,8 +210,8 @@ func TestFSM_EventsAfterRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	applied := src.f.AppliedIndex()
-	if _, _, status, after, _ := h.f.ReadEvents(reader, make([]Event, 0, 4)); status != EventsRestored || after != applied {
-		t.Errorf("a reader across a restore: status %d after %d, want EventsRestored after %d", status, after, applied)
+	if r := h.f.ReadEvents(reader, make([]Event, 0, 4)); r.Status != EventsRestored || r.After != applied {
+		t.Errorf("a reader across a restore: status %d after %d, want EventsRestored after %d", r.Status, r.After, applied)
 	}
 	if st := h.f.EventsFrom(applied-1, true); !st.TooFarBehind || st.Floor != applied {
 		t.Errorf("EventsFrom(below the snapshot) = %+v, want too far behind, floor %d", st, applied)

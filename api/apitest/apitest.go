@@ -64,6 +64,8 @@ type Options struct {
 	TLS bool
 	// VerifyClients makes the HTTPS API require client certificates.
 	VerifyClients bool
+	// EventRing is each node's cluster.Config.EventRing (0: the default).
+	EventRing int
 }
 
 // Start starts a cluster and waits until every node is ready and has
@@ -135,6 +137,7 @@ func (c *Cluster) nodeConfig(i int, trans raft.Transport) cluster.Config {
 		LeaderLeaseTimeout: c.opts.Timeout / 2, CommitTimeout: c.opts.CommitTimeout,
 		SweepInterval: c.opts.Sweep, FormatCheckInterval: 200 * time.Millisecond,
 		MembershipInterval: 100 * time.Millisecond, ServerStabilization: 300 * time.Millisecond,
+		EventRing: c.opts.EventRing,
 	}
 	if c.PKI != nil {
 		cfg.BindAddr, cfg.Advertise, cfg.TLS = c.cands[i].Raft, c.cands[i].Raft, c.PKI.Store(c.cands[i].Machine)
