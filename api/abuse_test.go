@@ -165,11 +165,11 @@ func TestServer_PrecheckAddsNoLogEntry(t *testing.T) {
 	}
 }
 
-// Writes are limited per machine token and per remote address on the node
-// the client talks to; a write a follower forwards is not charged again on
-// the leader; cluster tokens are limited by address only; a forwarding
-// header from a client's address does not exempt it; authentication
-// failures take from the address's bucket.
+// Writes are limited per machine token on the node the client talks to; a
+// write a follower forwards is not charged again on the leader; writes with
+// a valid token are never limited by address; a forwarding header from a
+// client's address does not exempt it; authentication failures take from the
+// address's bucket.
 func TestServer_WriteRateLimits(t *testing.T) {
 	// One token every 100 s: nothing refills while the test runs.
 	c := startGuarded(t, api.Caps{WriteRate: 0.01, WriteBurst: 3}, apitest.Options{})
@@ -188,14 +188,14 @@ func TestServer_WriteRateLimits(t *testing.T) {
 		}
 	}
 
-	// Through a follower: charged there, once.
+	// Through a follower: charged there, once, to the machine token.
 	testutil.Expect(t, from("127.0.0.2", registerCall(follower.URL, mbp.Token, "mbp", "machine:mbp", "machine", ttl)), http.StatusOK)
-	for range 2 {
-		testutil.Expect(t, from("127.0.0.2", heartbeatCall(follower.URL, mbp.Token, "machine%3Ambp")), http.StatusOK)
+	for _, ip := range []string{"127.0.0.2", "127.0.0.3"} {
+		testutil.Expect(t, from(ip, heartbeatCall(follower.URL, mbp.Token, "machine%3Ambp")), http.StatusOK)
 	}
-	refused("fourth write through the follower", testutil.Send(t, from("127.0.0.2", heartbeatCall(follower.URL, mbp.Token, "machine%3Ambp"))))
-	if got := c.reg.metric(t, fi, "elanous_rate_limited_total", "scope", "address"); got != 1 {
-		t.Errorf("follower rate_limited{scope=address} = %v, want 1", got)
+	refused("fourth write of mbp through the follower", testutil.Send(t, from("127.0.0.4", heartbeatCall(follower.URL, mbp.Token, "machine%3Ambp"))))
+	if got := c.reg.metric(t, fi, "elanous_rate_limited_total", "scope", "token"); got != 1 {
+		t.Errorf("follower rate_limited{scope=token} = %v, want 1", got)
 	}
 
 	// The leader charged none of them: mbp has its whole burst there.
@@ -207,14 +207,21 @@ func TestServer_WriteRateLimits(t *testing.T) {
 		t.Errorf("leader rate_limited{scope=token} = %v, want 1", got)
 	}
 
-	// A cluster token is limited by address only.
-	for _, ip := range []string{"127.0.0.6", "127.0.0.6", "127.0.0.6", "127.0.0.7"} {
-		testutil.Expect(t, from(ip, registerCall(leader.URL, c.Tokens.Member, "shared", "machine:shared", "machine", ttl)), http.StatusOK)
+	// Authenticated writes are not limited by address: a fleet behind one
+	// NAT address with the shared member token writes past any burst.
+	for range 10 {
+		testutil.Expect(t, from("127.0.0.6", registerCall(leader.URL, c.Tokens.Member, "shared", "machine:shared", "machine", ttl)), http.StatusOK)
+	}
+	if got := c.reg.metric(t, li, "elanous_rate_limited_total", "scope", "address"); got != 0 {
+		t.Errorf("leader rate_limited{scope=address} = %v after authenticated writes, want 0", got)
 	}
 
 	// A client that claims to be a forward is charged all the same.
+	other := testutil.Decode[wire.IssuedToken](t, testutil.Expect(t, from("127.0.0.9",
+		testutil.JSONCall(http.MethodPost, leader.URL+"/v1/tokens/member", c.Tokens.Admin, wire.IssueTokenRequest{Machine: "spoof"})), http.StatusCreated))
+	c.WaitApplied()
 	spoof := func() testutil.Call {
-		return from("127.0.0.8", registerCall(leader.URL, c.Tokens.Member, "spoof", "machine:spoof", "machine", ttl).
+		return from("127.0.0.8", registerCall(leader.URL, other.Token, "spoof", "machine:spoof", "machine", ttl).
 			WithHeader(wire.HeaderForwarded, follower.Machine))
 	}
 	for range 3 {

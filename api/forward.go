@@ -48,6 +48,18 @@ func (s *Server) leaderOnly(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// withBody is the renewal routes' write middleware: it reads the body once
+// (64 KiB at most), so that the handler may forward it, and leaves the
+// decision to the handler (Server.renew).
+func withBody(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if _, err := readBody(c); err != nil {
+			return err
+		}
+		return next(c)
+	}
+}
+
 // leading returns nil when this node is the leader and its claim is applied
 // (it may propose), ErrNotLeader when another node leads, and ErrNoLeader or
 // ErrNotReady otherwise. Propose decides again; this is the cheap check that

@@ -184,25 +184,22 @@ func refuse(c echo.Context, retry time.Duration, msg string) error {
 }
 
 // admitWrite is the rate limit of writes, after authentication and before
-// the write middleware: the request takes one token from its remote
-// address's bucket and, for a machine token, one from the token's. A write a
-// follower forwards was charged there and is not charged again on the
-// leader (the node a client talks to limits it, once). Cluster tokens (admin,
-// member, query) are shared by whole fleets, so only their address is
-// limited.
+// the write middleware: a write with a machine token takes one token from
+// that machine token's bucket. A write a follower forwards was charged there
+// and is not charged again on the leader (the node a client talks to limits
+// it, once). Authenticated writes are not limited by address: a fleet behind
+// one NAT address shares it, and cluster tokens (admin, member, query) are
+// shared by whole fleets; their harm is bounded by the replicated quotas.
+// Only requests nobody is known for, failed or missing credentials, are
+// limited per address (chargeAuthFailure).
 func (s *Server) admitWrite(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		g := s.guard
 		if g.addresses == nil || g.peerForward(c.Request()) {
 			return next(c)
 		}
-		now := time.Now()
-		if ok, retry := g.addresses.allow(addressKey(c.Request().RemoteAddr), now); !ok {
-			g.limited.WithLabelValues("address").Inc()
-			return refuse(c, retry, "too many writes from this address; retry after the time in Retry-After")
-		}
 		if id := identity(c); id.Machine != "" {
-			if ok, retry := g.tokens.allow(id.Owner, now); !ok {
+			if ok, retry := g.tokens.allow(id.Owner, time.Now()); !ok {
 				g.limited.WithLabelValues("token").Inc()
 				return refuse(c, retry, "too many writes with this token; retry after the time in Retry-After")
 			}

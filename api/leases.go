@@ -71,7 +71,7 @@ func (s *Server) renewLease(c echo.Context) (wire.LeaseHeartbeatResponse, error)
 	if err != nil {
 		return wire.LeaseHeartbeatResponse{}, err
 	}
-	l, err := proposeAs[fsm.PortLease](s, c, fsm.RenewLease{Caller: identity(c).Caller(), Port: port, LeaseID: leaseID})
+	l, err := renewAs[fsm.PortLease](s, c, fsm.RenewLease{Caller: identity(c).Caller(), Port: port, LeaseID: leaseID})
 	return wire.LeaseHeartbeatResponse{Port: l.Port, LeaseID: l.LeaseID, ExpiresAt: l.ExpiresAt}, err
 }
 

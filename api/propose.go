@@ -57,3 +57,38 @@ func proposeAs[T any](s *Server, c echo.Context, cmd fsm.Command) (T, error) {
 	}
 	return res, err
 }
+
+// renew answers a heartbeat or lease renewal on any node (cluster.Node.Renew):
+// from confirmed state when it covers the renewal, or by proposing it with the
+// slack on the leader. A follower forwards the renewals it cannot answer,
+// through the loop writes share (errForwarded: the answer is written). A
+// renewal that wrote an entry carries its index in X-Elanous-Index, as every
+// write does; one answered from the state carries none, and changes nothing a
+// blocking query or watcher waits on.
+func (s *Server) renew(c echo.Context, cmd fsm.Command) (any, error) {
+	var out cluster.Renewed
+	err := s.onLeader(c, func(ctx context.Context) (err error) {
+		out, err = s.node.Renew(ctx, cmd)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if out.Wrote {
+		if from := c.Request().Header.Get(wire.HeaderForwarded); from != "" {
+			s.node.AnnounceCommit(from)
+		}
+		c.Response().Header().Set(wire.HeaderIndex, strconv.FormatUint(out.Index, 10))
+	}
+	return out.Value, nil
+}
+
+// renewAs is renew for a command whose result is a T.
+func renewAs[T any](s *Server, c echo.Context, cmd fsm.Command) (T, error) {
+	v, err := s.renew(c, cmd)
+	res, ok := v.(T)
+	if err == nil && !ok {
+		err = fmt.Errorf("renewal %T answered with a %T, want %T", cmd, v, res)
+	}
+	return res, err
+}

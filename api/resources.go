@@ -41,7 +41,7 @@ func (s *Server) heartbeatResource(c echo.Context) (wire.HeartbeatResponse, erro
 	if err := cmd.Validate(); err != nil {
 		return wire.HeartbeatResponse{}, err
 	}
-	r, err := proposeAs[fsm.Resource](s, c, cmd)
+	r, err := renewAs[fsm.Resource](s, c, cmd)
 	return wire.HeartbeatResponse{ID: r.ID, ExpiresAt: r.ExpiresAt}, err
 }
 

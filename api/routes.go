@@ -50,6 +50,12 @@ type route struct {
 	// audit names the admin action the route performs; its outcome is
 	// written to the audit log (withAudit).
 	audit string
+	// renewal marks a write that renews a record (a heartbeat, a lease
+	// renewal): its handler runs on every node, which answers it from
+	// confirmed state when it can and forwards it otherwise
+	// (ARCHITECTURE.md, "Renewals"), instead of the write middleware
+	// forwarding every request of the route.
+	renewal bool
 }
 
 // leaderWait is how long a request of the route waits for a leader.
@@ -81,13 +87,13 @@ func (s *Server) routeTable(metricsAuth bool) []route {
 		read(get, "/metrics", s.getMetrics, metricsScope),
 
 		write(post, "/v1/resources/register", answer(http.StatusOK, s.registerResource), ScopeMember, fsm.TableResources, defaultBudget),
-		write(post, "/v1/resources/:id/heartbeat", answer(http.StatusOK, s.heartbeatResource), ScopeMember, fsm.TableResources, defaultBudget),
+		renewal(write(post, "/v1/resources/:id/heartbeat", answer(http.StatusOK, s.heartbeatResource), ScopeMember, fsm.TableResources, defaultBudget)),
 		write(del, "/v1/resources/:id", noContent(s.deleteResource), ScopeMember, fsm.TableResources, defaultBudget),
 		read(get, "/v1/resources", answer(http.StatusOK, s.listResources), ScopeQuery),
 		read(get, "/v1/resources/:id", answer(http.StatusOK, s.getResource), ScopeQuery),
 
 		write(post, "/v1/leases/port", answer(http.StatusCreated, s.acquireLease), ScopeMember, fsm.TableLeases, defaultBudget),
-		write(post, "/v1/leases/port/:port/heartbeat", answer(http.StatusOK, s.renewLease), ScopeMember, fsm.TableLeases, leaseBudget),
+		renewal(write(post, "/v1/leases/port/:port/heartbeat", answer(http.StatusOK, s.renewLease), ScopeMember, fsm.TableLeases, leaseBudget)),
 		withAudit("lease.release", write(del, "/v1/leases/port/:port", noContent(s.releaseLease), ScopeMember, fsm.TableLeases, leaseBudget)),
 		read(get, "/v1/leases/port", answer(http.StatusOK, s.listLeases), ScopeQuery),
 		read(get, "/v1/leases/port/:port", answer(http.StatusOK, s.getLease), ScopeQuery),
@@ -99,6 +105,7 @@ func (s *Server) routeTable(metricsAuth bool) []route {
 		read(get, "/v1/events", s.streamEvents, ScopeQuery),
 		read(get, "/v1/cluster/timeline", answer(http.StatusOK, s.timeline), ScopeQuery),
 		read(get, "/v1/cluster/status", s.clusterStatus, ScopeQuery),
+		read(post, "/v1/cluster/confirm", answer(http.StatusOK, s.confirm), ScopeQuery),
 		read(get, "/v1/cluster/limits", answer(http.StatusOK, s.getLimits), ScopeQuery),
 		// Limits change no table: the forwarding node's apply wait polls.
 		withAudit("limits.set", write(put, "/v1/cluster/limits", answer(http.StatusOK, s.putLimits), ScopeAdmin, fsm.TablePrimary, defaultBudget)),
@@ -122,7 +129,10 @@ func (s *Server) routes(metricsAuth bool) {
 		if rt.scope != ScopeNone {
 			mw = append(mw, s.require(rt.scope))
 		}
-		if rt.write {
+		switch {
+		case rt.renewal:
+			mw = append(mw, s.admitWrite, withBody)
+		case rt.write:
 			mw = append(mw, s.admitWrite, s.leaderOnly)
 		}
 		if rt.audit != "" {
@@ -130,6 +140,12 @@ func (s *Server) routes(metricsAuth bool) {
 		}
 		s.echo.Add(rt.method, rt.path, rt.handler, mw...)
 	}
+}
+
+// renewal marks rt as a renewal route.
+func renewal(rt route) route {
+	rt.renewal = true
+	return rt
 }
 
 // answer adapts a typed handler: its value is the JSON body with status.

@@ -73,24 +73,28 @@ type Deps struct {
 type Server struct {
 	node          *cluster.Node
 	clusterTokens atomic.Pointer[[]clusterToken] // swapped by SetTokens
-	band          Band
-	log           *slog.Logger
-	client        *http.Client
-	rand          io.Reader
-	version       string
-	echo          *echo.Echo
-	metrics       *metrics
-	registry      *prometheus.Registry
-	httpServer    *http.Server
-	guard         *guard
-	audit         *Auditor
-	lagging       func() bool             // Deps.Lagging; nil: node.Lagging
-	parking       atomic.Pointer[parking] // set by Serve; nil: blocking queries wait in their handler
-	eventPing     time.Duration           // Deps.EventPing
-	eventWrite    time.Duration           // Deps.EventWriteTimeout
-	streams       atomic.Int64            // open event streams
-	closing       chan struct{}           // closed by Shutdown: event streams end
-	closeOnce     sync.Once
+	// peerToken is the weakest cluster token this node holds (query,
+	// else member, else admin): it authenticates the node's own requests
+	// to the leader (confirm.go). Swapped by SetTokens; never logged.
+	peerToken  atomic.Pointer[string]
+	band       Band
+	log        *slog.Logger
+	client     *http.Client
+	rand       io.Reader
+	version    string
+	echo       *echo.Echo
+	metrics    *metrics
+	registry   *prometheus.Registry
+	httpServer *http.Server
+	guard      *guard
+	audit      *Auditor
+	lagging    func() bool             // Deps.Lagging; nil: node.Lagging
+	parking    atomic.Pointer[parking] // set by Serve; nil: blocking queries wait in their handler
+	eventPing  time.Duration           // Deps.EventPing
+	eventWrite time.Duration           // Deps.EventWriteTimeout
+	streams    atomic.Int64            // open event streams
+	closing    chan struct{}           // closed by Shutdown: event streams end
+	closeOnce  sync.Once
 }
 
 // New builds the server and its routes.
@@ -157,6 +161,7 @@ func New(d Deps) *Server {
 	if d.Node != nil {
 		d.Node.SetFormatProbe(s.probeFormat)
 		d.Node.SetHealthProbe(s.probeHealth)
+		d.Node.SetConfirmProbe(s.probeConfirm)
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -189,6 +194,14 @@ func New(d Deps) *Server {
 func (s *Server) SetTokens(t wire.TokensFile) {
 	hashed := hashTokens(t)
 	s.clusterTokens.Store(&hashed)
+	peer := t.Query
+	if peer == "" {
+		peer = t.Member
+	}
+	if peer == "" {
+		peer = t.Admin
+	}
+	s.peerToken.Store(&peer)
 }
 
 // Handler returns the API as an http.Handler (tests use it with httptest).

@@ -226,6 +226,7 @@ func TestServer_ForwardedWriteAnnouncesCommit(t *testing.T) {
 	opts := clusterOptions()
 	opts.CommitTimeout = 3 * time.Second
 	opts.Sweep = time.Hour // no sweep entries carry the commit index meanwhile
+	opts.EveryRenewalWrites = true
 	c := startObserved(t, opts)
 	fi := c.Follower()
 	follower := c.Nodes[fi]

@@ -53,6 +53,12 @@ var (
 		"Voters in the Raft configuration as this node knows it.", nil, nil)
 	descVoter = prometheus.NewDesc("elanous_raft_voter",
 		"1 when this node is a voter in the Raft configuration it knows.", nil, nil)
+	descRenewals = prometheus.NewDesc("elanous_renewals_total",
+		"Heartbeats and lease renewals this node judged, by outcome: covered (answered from confirmed state, no log entry), written (proposed with slack), refused (refused from confirmed state) or forwarded (a follower sent it to the leader).",
+		[]string{"outcome"}, nil)
+	descConfirmRounds = prometheus.NewDesc("elanous_confirm_rounds_total",
+		"Confirmation rounds this node ran, shared by every renewal and consistent read waiting on one: side leader (a quorum's confirmation) or follower (a request to the leader).",
+		[]string{"side"}, nil)
 )
 
 // Collector returns the node's own Prometheus figures:
@@ -77,6 +83,8 @@ func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descSweepOverdue
 	ch <- descVoters
 	ch <- descVoter
+	ch <- descRenewals
+	ch <- descConfirmRounds
 }
 
 // Collect sends the figures that apply now.
@@ -103,6 +111,11 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descVoters, prometheus.GaugeValue, float64(voters))
 	ch <- prometheus.MustNewConstMetric(descVoter, prometheus.GaugeValue, self)
+	for i, name := range renewOutcomeNames {
+		ch <- prometheus.MustNewConstMetric(descRenewals, prometheus.CounterValue, float64(n.renewals.outcomes[i].Load()), name)
+	}
+	ch <- prometheus.MustNewConstMetric(descConfirmRounds, prometheus.CounterValue, float64(n.renewals.leaderRounds.Load()), "leader")
+	ch <- prometheus.MustNewConstMetric(descConfirmRounds, prometheus.CounterValue, float64(n.renewals.followerRounds.Load()), "follower")
 }
 
 // sweepOverdue reports, on a leader whose claim is applied, how long the

@@ -111,6 +111,17 @@ type Config struct {
 	// to order the survivors by their logs, a HealthProbe.
 	FastFailover bool
 
+	// RenewSlack is the renewal slack as a fraction of a record's TTL
+	// (ttl.renew_slack): a renewal the state does not cover is written to
+	// expire at now + TTL + slack, and renewals the state covers write
+	// nothing (renew.go). 0 makes every renewal a write.
+	RenewSlack float64
+	// RenewSlackMax caps the slack (ttl.renew_slack_max); default 5m.
+	RenewSlackMax time.Duration
+	// ConfirmProbe is how a follower confirms renewals with the leader; see
+	// SetConfirmProbe.
+	ConfirmProbe ConfirmProbe
+
 	// WallClock is read once per election won; default the system clock.
 	WallClock func() time.Time
 	// Logger receives the node's lines (with node=<ID>, component=cluster)
@@ -150,6 +161,7 @@ func (c *Config) setDefaults() {
 	def(&c.FormatCheckInterval, 5*time.Second)
 	def(&c.MembershipInterval, time.Second)
 	def(&c.ServerStabilization, 3*time.Second)
+	def(&c.RenewSlackMax, 5*time.Minute)
 	if c.MaxLag == 0 {
 		c.MaxLag = 256
 	}
@@ -202,14 +214,19 @@ type Node struct {
 	members  members
 	ops      opsState
 	failover failover
+	renewals renewStats
+	// leaderRounds and followerRounds share confirmation rounds among
+	// ReadIndex reads and renewals (renew.go).
+	leaderRounds, followerRounds rounds
 
-	mu          sync.Mutex
-	probe       FormatProbe // guarded by mu
-	healthProbe HealthProbe // guarded by mu
-	lead        *leadership // non-nil while this node leads; guarded by mu
-	closed      bool        // guarded by mu
-	elected     uint64      // elections won by this node; guarded by mu
-	observed    uint64      // leader changes observed; guarded by mu
+	mu           sync.Mutex
+	probe        FormatProbe  // guarded by mu
+	healthProbe  HealthProbe  // guarded by mu
+	confirmProbe ConfirmProbe // guarded by mu
+	lead         *leadership  // non-nil while this node leads; guarded by mu
+	closed       bool         // guarded by mu
+	elected      uint64       // elections won by this node; guarded by mu
+	observed     uint64       // leader changes observed; guarded by mu
 }
 
 // New opens (or creates) the node's stores, starts Raft and, when the node has
@@ -218,18 +235,21 @@ type Node struct {
 func New(cfg Config) (*Node, error) {
 	cfg.setDefaults()
 	n := &Node{
-		cfg:         cfg,
-		fsm:         fsm.New(),
-		log:         cfg.Logger.With("node", cfg.ID, "component", "cluster"),
-		notifyCh:    make(chan bool, 16),
-		probe:       cfg.FormatProbe,
-		healthProbe: cfg.HealthProbe,
-		stop:        make(chan struct{}),
+		cfg:          cfg,
+		fsm:          fsm.New(),
+		log:          cfg.Logger.With("node", cfg.ID, "component", "cluster"),
+		notifyCh:     make(chan bool, 16),
+		probe:        cfg.FormatProbe,
+		healthProbe:  cfg.HealthProbe,
+		confirmProbe: cfg.ConfirmProbe,
+		stop:         make(chan struct{}),
 	}
 	if cfg.EventRing > 0 {
 		n.fsm.SetEventRing(cfg.EventRing)
 	}
 	n.failover.kick = make(chan struct{}, 1)
+	n.leaderRounds = rounds{run: n.leaderRound, stop: n.stop}
+	n.followerRounds = rounds{run: n.followerRound, stop: n.stop}
 	if _, ok := n.configured(cfg.ID); !ok {
 		return nil, fmt.Errorf("node %q is not among the candidates", cfg.ID)
 	}

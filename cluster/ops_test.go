@@ -180,7 +180,7 @@ func TestNode_RestoreRefusals(t *testing.T) {
 	probe := func(context.Context, Candidate) (int, error) { return 1, nil } // the others run a format 1 build
 	src := newTestCluster(t, 3, nil)
 	si := src.readyLeader()
-	src.waitFormat(si, 2)
+	src.waitFormat(si, fsm.MaxFormat)
 	mustPropose(t, src.nodes[si], register("v2", 600_000))
 	_, v2doc := backupOf(t, src.nodes[si])
 
@@ -205,7 +205,7 @@ func TestNode_RestoreRefusals(t *testing.T) {
 		t.Errorf("Restore() on a follower error = %v, want %v", err, ErrNotLeader)
 	}
 	if _, err := leader.Restore(ctx, read(v2doc)); !errors.Is(err, fsm.ErrSnapshotTooNew) {
-		t.Errorf("Restore(format 2 backup) on a format 1 cluster error = %v, want %v", err, fsm.ErrSnapshotTooNew)
+		t.Errorf("Restore(a newer format's backup) on a format 1 cluster error = %v, want %v", err, fsm.ErrSnapshotTooNew)
 	}
 	if got := tc.waitConverged(leader.FSM().AppliedIndex()); got != hash {
 		t.Errorf("state hash after refused restores = %s, want %s (unchanged)", got, hash)

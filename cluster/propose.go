@@ -128,28 +128,15 @@ func (n *Node) apply(ctx context.Context, cmd fsm.Command, timeout time.Duration
 
 // ReadIndex makes the next local read linearizable: on the leader it takes the
 // commit index, confirms leadership with a quorum and waits until the state
-// machine has applied that index. On a follower it returns ErrNotLeader (the
-// caller forwards) or ErrNoLeader.
+// machine has applied that index. Concurrent callers share one such round
+// (renew.go): each waits for a round that began after it called. On a
+// follower it returns ErrNotLeader (the caller forwards) or ErrNoLeader.
 func (n *Node) ReadIndex(ctx context.Context) error {
 	if _, err := n.readyLeadership(); err != nil {
 		return err
 	}
-	index := n.raft.CommitIndex()
-	verify := n.raft.VerifyLeader()
-	done := make(chan error, 1)
-	go func() { done <- verify.Error() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			if _, ok := n.Leader(); ok && !errors.Is(err, raft.ErrRaftShutdown) {
-				return ErrNotLeader
-			}
-			return fmt.Errorf("%w: %v", ErrNoLeader, err)
-		}
-	case <-ctx.Done():
-		return fmt.Errorf("%w: verify leader: %v", ErrNoLeader, ctx.Err())
-	}
-	return n.waitApplied(ctx, index)
+	_, err := n.leaderRounds.join(ctx)
+	return err
 }
 
 // waitApplied waits until the FSM has applied every command up to index.

@@ -18,6 +18,20 @@ type Config struct {
 	Log     LogConfig     `mapstructure:"log"`
 	TLS     TLSConfig     `mapstructure:"tls"`
 	Limits  LimitsConfig  `mapstructure:"limits"`
+	TTL     TTLConfig     `mapstructure:"ttl"`
+}
+
+// TTLConfig tunes how TTLs are renewed (ARCHITECTURE.md, "Renewals").
+type TTLConfig struct {
+	// RenewSlack is the renewal slack as a fraction of a record's TTL
+	// (ttl.renew_slack, 0 to 1, default 0.25). A heartbeat or lease renewal
+	// the replicated state does not already cover is written to expire at
+	// now + TTL + slack; the renewals the state covers are answered without
+	// a log entry. 0 makes every renewal a log entry. The price: a member
+	// that dies expires between TTL and TTL + slack after its last renewal.
+	RenewSlack float64 `mapstructure:"renew_slack"`
+	// RenewSlackMax caps the slack (ttl.renew_slack_max, default 5m).
+	RenewSlackMax time.Duration `mapstructure:"renew_slack_max"`
 }
 
 // NodeConfig names this node and says where it keeps its state.
@@ -221,6 +235,7 @@ func Default() Config {
 		},
 		Log:    LogConfig{Level: "info", Format: "text"},
 		Limits: DefaultLimits(),
+		TTL:    TTLConfig{RenewSlack: 0.25, RenewSlackMax: 5 * time.Minute},
 	}
 }
 

@@ -58,6 +58,8 @@ func TestDefault_Values(t *testing.T) {
 		{"log.format", d.Log.Format, "text"},
 		{"log.access", d.Log.Access, false},
 		{"tls", d.TLS, TLSConfig{}},
+		{"ttl.renew_slack", d.TTL.RenewSlack, 0.25},
+		{"ttl.renew_slack_max", d.TTL.RenewSlackMax, 5 * time.Minute},
 	}
 	for _, c := range checks {
 		if c.got != c.want {

@@ -21,9 +21,13 @@ import (
 // candidate.
 type LimitsConfig struct {
 	// WriteRate is the sustained rate, in writes per second, allowed to one
-	// machine token and to one remote address on this node
-	// (limits.write_rate); 0 turns the rate limits off. A request that fails
-	// authentication takes from its address's bucket as a write does.
+	// machine token on this node (limits.write_rate); 0 turns the rate
+	// limits off. Requests that fail authentication (a missing, malformed or
+	// unknown token) are limited at the same rate per remote address.
+	// Writes with a valid token are never limited by address: a whole
+	// fleet may sit behind one NAT address, and the harm one authenticated
+	// caller can do is bounded by its machine token's bucket and the
+	// replicated quotas.
 	WriteRate float64 `mapstructure:"write_rate"`
 	// WriteBurst is the size of each bucket: how many writes may come at
 	// once after a quiet spell (limits.write_burst).

@@ -48,6 +48,35 @@ log: { audit_file: /var/log/elanous/audit.jsonl }
 	}
 }
 
+func TestConfig_ValidateTTL(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(c *TTLConfig)
+		want   string
+	}{
+		{"negative slack", func(c *TTLConfig) { c.RenewSlack = -0.1 }, "ttl.renew_slack: -0.1 must be a fraction"},
+		{"slack above the TTL", func(c *TTLConfig) { c.RenewSlack = 1.5 }, "ttl.renew_slack: 1.5 must be a fraction"},
+		{"no cap", func(c *TTLConfig) { c.RenewSlackMax = 0 }, "ttl.renew_slack_max: 0s must be positive"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := validConfig()
+			tt.mutate(&c.TTL)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Validate() = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+	for _, slack := range []float64{0, 1} {
+		c := validConfig()
+		c.TTL.RenewSlack = slack
+		if err := c.Validate(); err != nil {
+			t.Errorf("Validate() with ttl.renew_slack %v = %v, want nil", slack, err)
+		}
+	}
+}
+
 func TestConfig_ValidateLimits(t *testing.T) {
 	tests := []struct {
 		name   string

@@ -218,6 +218,9 @@ func setDefaults(v *viper.Viper, d Config) {
 	v.SetDefault("tls.verify_incoming_api", d.TLS.VerifyIncomingAPI)
 	v.SetDefault("tls.allow_plaintext", d.TLS.AllowPlaintext)
 
+	v.SetDefault("ttl.renew_slack", d.TTL.RenewSlack)
+	v.SetDefault("ttl.renew_slack_max", d.TTL.RenewSlackMax)
+
 	setLimitDefaults(v, d)
 }
 

@@ -160,6 +160,8 @@ func TestLoad_EnvTypes(t *testing.T) {
 		"ELANOUS_TOKENS_FILE=/etc/elanous/tokens.json",
 		"ELANOUS_LOG_FORMAT=json",
 		"ELANOUS_LOG_ACCESS=true",
+		"ELANOUS_TTL_RENEW_SLACK=0.5",
+		"ELANOUS_TTL_RENEW_SLACK_MAX=90s",
 		`ELANOUS_CLUSTER_CANDIDATES=[{"machine":"node-a","url":"http://10.0.0.1:31413","raft":"10.0.0.1:31412"},` +
 			`{"machine":"node-b","url":"http://10.0.0.2:31413","raft":"10.0.0.2:31412"}]`,
 	}
@@ -183,6 +185,8 @@ func TestLoad_EnvTypes(t *testing.T) {
 		{"tokens.file", c.Tokens.File, "/etc/elanous/tokens.json"},
 		{"log.format", c.Log.Format, "json"},
 		{"log.access", c.Log.Access, true},
+		{"ttl.renew_slack", c.TTL.RenewSlack, 0.5},
+		{"ttl.renew_slack_max", c.TTL.RenewSlackMax, 90 * time.Second},
 		{"cluster.candidates", c.Cluster.Candidates, []Candidate{
 			{Machine: "node-a", URL: "http://10.0.0.1:31413", Raft: "10.0.0.1:31412"},
 			{Machine: "node-b", URL: "http://10.0.0.2:31413", Raft: "10.0.0.2:31412"},

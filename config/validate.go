@@ -89,7 +89,17 @@ func (c Config) Validate() error {
 	c.validateLog(&p)
 	c.validateTLS(&p)
 	c.validateLimits(&p)
+	c.validateTTL(&p)
 	return errors.Join(p...)
+}
+
+func (c Config) validateTTL(p *problems) {
+	if s := c.TTL.RenewSlack; !(s >= 0 && s <= 1) {
+		p.add("ttl.renew_slack", "%v must be a fraction of the TTL from 0 (every renewal a log entry) to 1", s)
+	}
+	if c.TTL.RenewSlackMax <= 0 {
+		p.add("ttl.renew_slack_max", "%v must be positive", c.TTL.RenewSlackMax)
+	}
 }
 
 func (c Config) validateNode(p *problems) {

@@ -296,6 +296,9 @@ func (a *applier) heartbeat(c HeartbeatResource) any {
 	if err := c.Validate(); err != nil {
 		return err
 	}
+	if err := a.checkSlack(c.SlackMs); err != nil {
+		return err
+	}
 	r, err := a.liveResource(c.ID, c.Caller)
 	if err != nil {
 		return err
@@ -312,7 +315,7 @@ func (a *applier) heartbeat(c HeartbeatResource) any {
 		r.Attrs = merged
 	}
 	r.RenewedAt = a.now
-	r.ExpiresAt = a.now + r.TTLMs
+	r.ExpiresAt = a.renewedExpiry(r.ExpiresAt, r.TTLMs, c.SlackMs)
 	r.Revision = a.index
 	a.st.putResource(&r)
 	a.touched[TableResources] = true
@@ -408,11 +411,34 @@ func (a *applier) replayed(l PortLease) PortLease {
 		return l
 	}
 	l.RenewedAt = a.now
-	l.ExpiresAt = a.now + l.TTLMs
+	l.ExpiresAt = a.renewedExpiry(l.ExpiresAt, l.TTLMs, 0)
 	a.st.putLease(l)
 	a.touched[TableLeases] = true
 	a.emitLease(l)
 	return l
+}
+
+// renewedExpiry is the expiry of a record renewed at a.now with TTL ttl and
+// the command's slack. Up to format 2 it is now + ttl, as the first releases
+// computed it (a slack an older leader could not have sent is ignored). From
+// format 3 it is now + ttl + min(slack, ttl), and never earlier than the
+// record's expiry: a renewal answered from the state without an entry
+// promised that expiry, and no later entry may take it back
+// (ARCHITECTURE.md, "Renewals").
+func (a *applier) renewedExpiry(old, ttl, slack int64) int64 {
+	if a.st.format < 3 {
+		return a.now + ttl
+	}
+	return max(old, a.now+ttl+min(max(slack, 0), ttl))
+}
+
+// checkSlack refuses (format 3) a negative renewal slack. Earlier formats
+// ignore the field, as the builds that wrote them did.
+func (a *applier) checkSlack(slack int64) error {
+	if a.st.format >= 3 && slack < 0 {
+		return fmt.Errorf("%w: slackMs %d is negative", ErrInvalidCommand, slack)
+	}
+	return nil
 }
 
 // freePort picks the lowest port of the command's band that is not excluded
@@ -467,12 +493,15 @@ func (a *applier) heldLease(port int, leaseID string, caller Caller) (PortLease,
 func (a *applier) renew(c RenewLease) any {
 	// Renewal is the owner's alone: an admin token gets no bypass here.
 	c.Caller.Admin = false
+	if err := a.checkSlack(c.SlackMs); err != nil {
+		return err
+	}
 	l, err := a.heldLease(c.Port, c.LeaseID, c.Caller)
 	if err != nil {
 		return err
 	}
 	l.RenewedAt = a.now
-	l.ExpiresAt = a.now + l.TTLMs
+	l.ExpiresAt = a.renewedExpiry(l.ExpiresAt, l.TTLMs, c.SlackMs)
 	a.st.putLease(l)
 	a.touched[TableLeases] = true
 	a.emitLease(l)

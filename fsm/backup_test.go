@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -241,7 +242,7 @@ func TestReadBackup_Refuses(t *testing.T) {
 		{"trailing data", good + `{}`},
 		{"an unknown field", replace(`"version":2,`, `"version":2,"extra":1,`)},
 		{"version 0", replace(`"version":2,`, `"version":0,`)},
-		{"a version from the future", replace(`"version":2,`, `"version":3,`)},
+		{"a version from the future", replace(`"version":2,`, fmt.Sprintf(`"version":%d,`, MaxFormat+1))},
 		{"a resource twice", replace(`"resources":[`, `"resources":[{"id":"machine:mbp","kind":"machine","name":"mbp","machine":"mbp","owner":"","attrs":{},"observedAt":0,"ttlMs":1,"registeredAt":0,"renewedAt":0,"expiresAt":0,"revision":1},`)},
 		{"a resource without id", replace(`"id":"machine:base"`, `"id":""`)},
 		{"a resource ttl out of range", replace(`"ttlMs":600000,"registeredAt"`, `"ttlMs":0,"registeredAt"`)},

@@ -84,11 +84,15 @@ type RegisterResource struct {
 }
 
 // HeartbeatResource renews a live resource and merges attrs into its own.
+// SlackMs (format 3) is the renewal slack the leader chose: the record is
+// renewed to at least now + TTL + min(SlackMs, TTL), so that later renewals
+// find it covered and need no entry (ARCHITECTURE.md, "Renewals").
 type HeartbeatResource struct {
 	Header
-	Caller Caller                     `json:"caller"`
-	ID     string                     `json:"id"`
-	Attrs  map[string]json.RawMessage `json:"attrs,omitempty"`
+	Caller  Caller                     `json:"caller"`
+	ID      string                     `json:"id"`
+	Attrs   map[string]json.RawMessage `json:"attrs,omitempty"`
+	SlackMs int64                      `json:"slackMs,omitempty"`
 }
 
 // DeleteResource removes a resource.
@@ -114,12 +118,14 @@ type AcquireLease struct {
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 }
 
-// RenewLease extends a live lease held by the caller under LeaseID.
+// RenewLease extends a live lease held by the caller under LeaseID. SlackMs
+// (format 3) is the renewal slack, as in HeartbeatResource.
 type RenewLease struct {
 	Header
 	Caller  Caller `json:"caller"`
 	Port    int    `json:"port"`
 	LeaseID string `json:"leaseId"`
+	SlackMs int64  `json:"slackMs,omitempty"`
 }
 
 // ReleaseLease ends a lease held by the caller (or any lease, for an admin).

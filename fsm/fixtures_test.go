@@ -148,6 +148,16 @@ func fixtureLog(t *testing.T) []fixtureEntry {
 	add(batch)
 	add(mustBatch(t0-3_550_000, ReleaseLease{Header: Header{Now: t0 - 3_550_000}, Caller: memberCaller, Port: 31450, LeaseID: "0a1b2c3d-0000-4000-8000-000000000003"}))
 	add(Sweep{Header: Header{Now: t0 - 3_540_000}})
+	// Format 3: renewals carry a slack; a renewal never moves an expiry
+	// earlier, and a negative slack is refused.
+	add(SetFormat{Header: Header{Now: t0 - 3_530_000}, Level: 3})
+	add(HeartbeatResource{Header: Header{Now: t0 - 3_529_000}, Caller: mbpToken, ID: "machine:mbp", SlackMs: 15_000})
+	add(HeartbeatResource{Header: Header{Now: t0 - 3_528_000}, Caller: mbpToken, ID: "machine:mbp"}) // keeps the slack's expiry
+	add(HeartbeatResource{Header: Header{Now: t0 - 3_527_000}, Caller: mbpToken, ID: "machine:mbp", SlackMs: -1})
+	add(mustBatch(t0-3_526_000,
+		RenewLease{Header: Header{Now: t0 - 3_526_000}, Caller: mbpToken, Port: 31451, LeaseID: "0a1b2c3d-0000-4000-8000-000000000001", SlackMs: 10_000_000}, // capped at the TTL
+		HeartbeatResource{Header: Header{Now: t0 - 3_526_000}, Caller: mbpToken, ID: "machine:mbp", Attrs: attrs(`{"load":0.9}`), SlackMs: 1000},
+	))
 	return out
 }
 

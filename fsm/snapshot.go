@@ -25,8 +25,10 @@ import (
 // a fifth table index), abuse limits (SetLimits, quotas in register and
 // acquire, a bound on remembered Idempotency-Keys), machine ids that name
 // their machine, and commands that name the machine token behind them; its
-// document adds "candidates" and "limits".
-const MaxFormat = 2
+// document adds "candidates" and "limits". Format 3 adds the renewal slack
+// (HeartbeatResource and RenewLease carry slackMs, and a renewal never moves
+// an expiry earlier); its document is format 2's.
+const MaxFormat = 3
 
 // SnapshotVersion is the newest snapshot document version this build writes
 // (at format level MaxFormat).

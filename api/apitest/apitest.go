@@ -45,6 +45,10 @@ type Cluster struct {
 	opts  Options
 }
 
+// DefaultRenewSlack is the nodes' renewal slack unless
+// Options.EveryRenewalWrites: ttl.renew_slack's default.
+const DefaultRenewSlack = 0.25
+
 // Options tune a cluster. Zero values take fast test defaults.
 type Options struct {
 	Nodes   int           // default 3
@@ -66,6 +70,10 @@ type Options struct {
 	VerifyClients bool
 	// EventRing is each node's cluster.Config.EventRing (0: the default).
 	EventRing int
+	// EveryRenewalWrites turns the renewal slack off (ttl.renew_slack 0):
+	// every heartbeat and lease renewal is a log entry. By default the
+	// nodes renew with the default slack of a quarter TTL.
+	EveryRenewalWrites bool
 }
 
 // Start starts a cluster and waits until every node is ready and has
@@ -137,7 +145,10 @@ func (c *Cluster) nodeConfig(i int, trans raft.Transport) cluster.Config {
 		LeaderLeaseTimeout: c.opts.Timeout / 2, CommitTimeout: c.opts.CommitTimeout,
 		SweepInterval: c.opts.Sweep, FormatCheckInterval: 200 * time.Millisecond,
 		MembershipInterval: 100 * time.Millisecond, ServerStabilization: 300 * time.Millisecond,
-		EventRing: c.opts.EventRing,
+		EventRing: c.opts.EventRing, RenewSlack: DefaultRenewSlack,
+	}
+	if c.opts.EveryRenewalWrites {
+		cfg.RenewSlack = 0
 	}
 	if c.PKI != nil {
 		cfg.BindAddr, cfg.Advertise, cfg.TLS = c.cands[i].Raft, c.cands[i].Raft, c.PKI.Store(c.cands[i].Machine)

@@ -218,3 +218,22 @@ type TokensFile struct {
 	Member string `json:"member"`
 	Query  string `json:"query"`
 }
+
+// ConfirmRequest is the body of POST /v1/cluster/confirm: a follower asks the
+// leader to confirm its leadership for the renewals waiting on the follower
+// (ARCHITECTURE.md, "Renewals"). Machine and Applied tell the leader who asks
+// and how far it has applied, so the leader can announce its commit index to
+// a follower behind it.
+type ConfirmRequest struct {
+	Machine string `json:"machine"`
+	Applied uint64 `json:"applied"`
+}
+
+// ConfirmResponse is the leader's answer: its commit index taken after the
+// request arrived, the term in which a quorum then confirmed its leadership,
+// and its cluster time (Unix ms) once confirmed.
+type ConfirmResponse struct {
+	Index uint64 `json:"index"`
+	Term  uint64 `json:"term"`
+	Now   int64  `json:"now"`
+}

@@ -56,7 +56,7 @@ func TestE2E_AuditFileAndLimits(t *testing.T) {
 	}
 	r = testutil.Send(t, e2eCall(http.MethodPost, leader.url+"/v1/resources/machine%3Ambp/heartbeat", issued.Token, nil))
 	if r.Status != http.StatusTooManyRequests || r.Header.Get("Retry-After") == "" {
-		t.Errorf("a write past the address's burst = %v (Retry-After %q), want 429 with Retry-After", r, r.Header.Get("Retry-After"))
+		t.Errorf("a write past the machine token's burst = %v (Retry-After %q), want 429 with Retry-After", r, r.Header.Get("Retry-After"))
 	}
 
 	lines := func(nd *e2eNode) []map[string]any {

@@ -86,6 +86,7 @@ func startCandidate(cfg config.Config, tokens wire.TokensFile, logger *slog.Logg
 		BatchApply: cfg.Raft.BatchApply, ParallelWrite: cfg.Raft.ParallelWrite, LogCache: cfg.Raft.LogCache, NoFreelistSync: cfg.Raft.NoFreelistSync,
 		MaxBatch: cfg.Raft.MaxBatch, FastFailover: cfg.Raft.FastFailover,
 		Grace: cfg.Raft.GraceOrDefault(), TLS: store,
+		RenewSlack: cfg.TTL.RenewSlack, RenewSlackMax: cfg.TTL.RenewSlackMax,
 		Logger: logger,
 	})
 	if err != nil {

@@ -1,0 +1,263 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/elanous/elanous-node/fsm"
+	"github.com/elanous/elanous-node/internal/testutil"
+)
+
+// renewCluster is a 3-node cluster renewing with a quarter-TTL slack, whose
+// followers confirm through an in-memory probe that calls the leader's
+// Confirm, as package api's POST /v1/cluster/confirm does.
+func renewCluster(t *testing.T, slack float64) (*testCluster, int) {
+	t.Helper()
+	var tc *testCluster
+	var mu sync.Mutex
+	probe := func(ctx context.Context, leader Candidate, _ uint64) (Confirmation, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, n := range tc.nodes {
+			if n != nil && n.ID() == leader.Machine {
+				return n.Confirm(ctx)
+			}
+		}
+		return Confirmation{}, ErrNoLeader
+	}
+	mu.Lock()
+	tc = newTestCluster(t, 3, func(_ int, c *Config) {
+		c.RenewSlack = slack
+		c.ConfirmProbe = probe
+	})
+	mu.Unlock()
+	li := tc.readyLeader()
+	for i := range tc.nodes {
+		tc.waitFormat(i, fsm.MaxFormat)
+	}
+	return tc, li
+}
+
+func heartbeat(id string) fsm.HeartbeatResource {
+	return fsm.HeartbeatResource{Caller: fsm.Caller{Owner: "o1"}, ID: id}
+}
+
+func mustRenew(t *testing.T, n *Node, cmd fsm.Command) Renewed {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := n.Renew(ctx, cmd)
+	if err != nil {
+		t.Fatalf("Renew(%T) on %s error = %v", cmd, n.ID(), err)
+	}
+	return r
+}
+
+// renewalEntriesAfter counts the heartbeat and lease renewal commands in node
+// i's log after index, inside batches too. (Other entries, sweeps and the
+// directory's upkeep, come and go on their own.)
+func renewalEntriesAfter(tc *testCluster, i int, index uint64) int {
+	n := len(tc.commandsAfter(i, index, fsm.HeartbeatResourceType)) + len(tc.commandsAfter(i, index, fsm.RenewLeaseType))
+	for _, e := range tc.commandsAfter(i, index, fsm.BatchType) {
+		cmd, _, _ := fsm.Decode(e.Data)
+		for _, item := range cmd.(fsm.Batch).Commands {
+			if item.Type == fsm.HeartbeatResourceType || item.Type == fsm.RenewLeaseType {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func expiryOf(v any) int64 {
+	switch r := v.(type) {
+	case fsm.Resource:
+		return r.ExpiresAt
+	case fsm.PortLease:
+		return r.ExpiresAt
+	}
+	return 0
+}
+
+// The first renewal of a fresh record is a write with the slack; the next
+// ones, on the leader and on a follower, are answered from the state with no
+// entry, each promising at least now + TTL.
+func TestNode_RenewWithoutEntry(t *testing.T) {
+	tc, li := renewCluster(t, 0.25)
+	leader := tc.nodes[li]
+	follower := tc.nodes[(li+1)%3]
+	const ttl = 60_000
+	mustPropose(t, leader, register("m1", ttl))
+	lease := mustPropose(t, leader, acquire("o1", ttl)).Value.(fsm.PortLease)
+	renewLease := fsm.RenewLease{Caller: fsm.Caller{Owner: "o1"}, Port: lease.Port, LeaseID: lease.LeaseID}
+
+	first := mustRenew(t, leader, heartbeat("machine:m1"))
+	if !first.Wrote {
+		t.Fatalf("first heartbeat of a fresh record wrote nothing, want a write with slack")
+	}
+	r := first.Value.(fsm.Resource)
+	if got, lo := r.ExpiresAt-r.RenewedAt, int64(ttl+ttl/4); got != lo {
+		t.Errorf("written heartbeat: expiresAt − renewedAt = %d, want TTL + slack %d", got, lo)
+	}
+	if w := mustRenew(t, leader, renewLease); !w.Wrote {
+		t.Fatalf("first lease renewal wrote nothing, want a write with slack")
+	}
+	tc.waitConverged(leader.FSM().AppliedIndex())
+
+	last := leader.raft.LastIndex()
+	for i := 0; i < 50; i++ {
+		for _, n := range []*Node{leader, follower} {
+			for _, cmd := range []fsm.Command{heartbeat("machine:m1"), renewLease} {
+				before := time.Now().UnixMilli()
+				got := mustRenew(t, n, cmd)
+				if got.Wrote {
+					t.Fatalf("renewal %d of %T on %s wrote an entry; the slack covers it", i, cmd, n.ID())
+				}
+				if exp := expiryOf(got.Value); exp < before+ttl {
+					t.Fatalf("renewal %d of %T on %s promised %d, below now + TTL %d", i, cmd, n.ID(), exp, before+ttl)
+				}
+			}
+		}
+	}
+	if got := renewalEntriesAfter(tc, li, last); got != 0 {
+		t.Errorf("%d renewal commands entered the log during 200 covered renewals, want none", got)
+	}
+	if got := leader.renewals.outcomes[renewCovered].Load(); got < 100 {
+		t.Errorf("leader counted %d covered renewals, want 100", got)
+	}
+	if got := follower.renewals.followerRounds.Load(); got == 0 {
+		t.Errorf("follower ran no confirmation round")
+	}
+}
+
+// Refusals are answered from confirmed state on every node, with no entry:
+// unknown ids 404, another lease id 409.
+func TestNode_RenewRefusalsWriteNothing(t *testing.T) {
+	tc, li := renewCluster(t, 0.25)
+	leader := tc.nodes[li]
+	lease := mustPropose(t, leader, acquire("o1", 60_000)).Value.(fsm.PortLease)
+	tc.waitConverged(leader.FSM().AppliedIndex())
+	last := leader.raft.LastIndex()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, n := range tc.nodes {
+		if _, err := n.Renew(ctx, heartbeat("machine:none")); !errors.Is(err, fsm.ErrNotFound) {
+			t.Errorf("heartbeat of an unknown id on %s: error = %v, want ErrNotFound", n.ID(), err)
+		}
+		wrong := fsm.RenewLease{Caller: fsm.Caller{Owner: "o1"}, Port: lease.Port, LeaseID: "other"}
+		if _, err := n.Renew(ctx, wrong); !errors.Is(err, fsm.ErrLeaseMismatch) {
+			t.Errorf("renewal under another lease id on %s: error = %v, want ErrLeaseMismatch", n.ID(), err)
+		}
+	}
+	if got := renewalEntriesAfter(tc, li, last); got != 0 {
+		t.Errorf("%d renewal commands entered the log during refused renewals, want none", got)
+	}
+}
+
+// A follower forwards (ErrNotLeader) a renewal the state does not cover, and
+// one that changes attrs.
+func TestNode_RenewFollowerForwardsWrites(t *testing.T) {
+	tc, li := renewCluster(t, 0.25)
+	leader := tc.nodes[li]
+	follower := tc.nodes[(li+1)%3]
+	mustPropose(t, leader, register("m1", 60_000))
+	tc.waitConverged(leader.FSM().AppliedIndex())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := follower.Renew(ctx, heartbeat("machine:m1")); !errors.Is(err, ErrNotLeader) {
+		t.Errorf("follower renewal of a fresh record: error = %v, want ErrNotLeader (forward: it needs a write)", err)
+	}
+	mustRenew(t, leader, heartbeat("machine:m1"))
+	tc.waitConverged(leader.FSM().AppliedIndex())
+	withAttrs := heartbeat("machine:m1")
+	withAttrs.Attrs = map[string]json.RawMessage{"load": json.RawMessage(`0.7`)}
+	if _, err := follower.Renew(ctx, withAttrs); !errors.Is(err, ErrNotLeader) {
+		t.Errorf("follower heartbeat with new attrs: error = %v, want ErrNotLeader (forward: it is a write)", err)
+	}
+	if _, err := follower.Renew(ctx, heartbeat("machine:m1")); err != nil {
+		t.Errorf("follower renewal of a record the slack covers: error = %v, want an answer", err)
+	}
+}
+
+// With the slack off every renewal is a write, as before format 3.
+func TestNode_RenewSlackOffWritesEveryRenewal(t *testing.T) {
+	tc, li := renewCluster(t, 0)
+	leader := tc.nodes[li]
+	follower := tc.nodes[(li+1)%3]
+	mustPropose(t, leader, register("m1", 60_000))
+	for i := 0; i < 5; i++ {
+		if got := mustRenew(t, leader, heartbeat("machine:m1")); !got.Wrote {
+			t.Fatalf("renewal %d with the slack off wrote nothing", i)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := follower.Renew(ctx, heartbeat("machine:m1")); !errors.Is(err, ErrNotLeader) {
+		t.Errorf("follower renewal with the slack off: error = %v, want ErrNotLeader", err)
+	}
+}
+
+// A leader cut off from the others cannot confirm a round, so once the others
+// have elected a new leader it answers no renewal from its state: the new
+// leader may have moved on.
+func TestNode_RenewDeposedLeaderAnswersNothing(t *testing.T) {
+	tc, li := renewCluster(t, 0.25)
+	leader := tc.nodes[li]
+	mustPropose(t, leader, register("m1", 60_000))
+	mustRenew(t, leader, heartbeat("machine:m1"))
+	tc.isolate(li)
+	tc.readyLeader(li)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if r, err := leader.Renew(ctx, heartbeat("machine:m1")); err == nil {
+		t.Fatalf("isolated leader answered a renewal from its state: %+v", r)
+	}
+	tc.heal()
+}
+
+// Many concurrent renewals share rounds: far fewer rounds than renewals.
+func TestNode_RenewSharesRounds(t *testing.T) {
+	tc, li := renewCluster(t, 0.25)
+	leader := tc.nodes[li]
+	follower := tc.nodes[(li+1)%3]
+	mustPropose(t, leader, register("m1", 60_000))
+	mustRenew(t, leader, heartbeat("machine:m1"))
+	tc.waitConverged(leader.FSM().AppliedIndex())
+	startLeader, startFollower := leader.renewals.leaderRounds.Load(), follower.renewals.followerRounds.Load()
+	const callers, each = 16, 20
+	var wg sync.WaitGroup
+	errs := make(chan error, callers*each)
+	for c := 0; c < callers; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				r, err := follower.Renew(ctx, heartbeat("machine:m1"))
+				cancel()
+				if err == nil && r.Wrote {
+					err = errors.New("a covered renewal wrote")
+				}
+				if err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("concurrent follower renewal: %v", err)
+	}
+	rounds := follower.renewals.followerRounds.Load() - startFollower
+	if rounds == 0 || rounds >= callers*each {
+		t.Errorf("%d follower rounds served %d renewals, want fewer rounds than renewals", rounds, callers*each)
+	}
+	testutil.WaitFor(t, "leader rounds counted", time.Second, func() bool {
+		return leader.renewals.leaderRounds.Load() > startLeader
+	})
+}
