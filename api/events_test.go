@@ -18,6 +18,7 @@ import (
 	"github.com/elanous/elanous-node/api"
 	"github.com/elanous/elanous-node/api/apitest"
 	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/fsm"
 	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -447,4 +448,77 @@ func mustUint(t *testing.T, s string) uint64 {
 		t.Fatalf("%q: %v", s, err)
 	}
 	return n
+}
+
+// TestEvents_Timeline covers GET /v1/cluster/timeline: it names the primary
+// from the start, records a change of leader on every node (and as a
+// timeline event), and a restarted node answers the same entries.
+func TestEvents_Timeline(t *testing.T) {
+	c := apitest.Start(t, clusterOptions())
+	query := c.Tokens.Query
+	li := c.Leader()
+	fi := c.Follower()
+	read := func(i int) wire.Timeline {
+		r := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: c.Nodes[i].URL + "/v1/cluster/timeline", Auth: testutil.Bearer(query)})
+		testutil.WantStatus(t, "GET /v1/cluster/timeline", r, http.StatusOK)
+		return testutil.Decode[wire.Timeline](t, r)
+	}
+	r := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: c.Nodes[fi].URL + "/v1/cluster/timeline"})
+	testutil.WantError(t, "GET /v1/cluster/timeline without a token", r, http.StatusUnauthorized, wire.CodeUnauthorized)
+
+	first := c.Nodes[li].Node.FSM().Primary()
+	tl := read(fi)
+	if tl.Format != fsm.TimelineFormat || len(tl.Entries) == 0 {
+		t.Fatalf("timeline = %+v, want format %d with the first claim", tl, fsm.TimelineFormat)
+	}
+	if e := tl.Entries[0]; e.Kind != "primary" || e.Holder != first.Holder || e.Generation != first.Generation || e.Index != first.Index || e.Voter != nil {
+		t.Errorf("first entry = %+v, want the claim %+v", e, first)
+	}
+
+	s := openEvents(t, nil, c.Nodes[fi].URL, query, "?topic=timeline", nil)
+	hello(t, s)
+	r = testutil.Send(t, testutil.JSONCall(http.MethodPost, c.Nodes[li].URL+"/v1/cluster/leader/transfer", c.Tokens.Admin, wire.TransferRequest{}))
+	testutil.WantStatus(t, "POST /v1/cluster/leader/transfer", r, http.StatusOK)
+	var nl int
+	c.WaitFor("a new leader", 10*time.Second, func() bool { nl = c.Leader(); return nl != li })
+	c.WaitFor("the new leader's claim", 10*time.Second, func() bool { return c.Nodes[nl].Node.FSM().Primary().Holder == c.Nodes[nl].Machine })
+	next := c.Nodes[nl].Node.FSM().Primary()
+	m := s.NextMessage(t, eventWait)
+	var ev wire.EventTimelineData
+	eventData(t, m.Data, &ev)
+	if m.Event != wire.EventTimeline || ev.Entry.Kind != "primary" || ev.Entry.Holder != next.Holder || ev.Entry.Generation != next.Generation {
+		t.Errorf("timeline event %s, want the claim %+v", summary(m), next)
+	}
+	if next.Generation <= first.Generation {
+		t.Fatalf("generation %d after the failover, was %d", next.Generation, first.Generation)
+	}
+	c.WaitApplied()
+	want := read(nl).Entries
+	if last := want[len(want)-1]; last.Kind != "primary" || last.Holder != next.Holder || last.Generation != next.Generation || last.Index != next.Index {
+		t.Errorf("last entry = %+v, want the claim %+v", last, next)
+	}
+	same := func(i int) error {
+		got := read(i).Entries
+		if len(got) != len(want) {
+			return fmt.Errorf("%s: %d entries, want %d", c.Nodes[i].Machine, len(got), len(want))
+		}
+		for k := range got {
+			g, _ := json.Marshal(got[k])
+			w, _ := json.Marshal(want[k])
+			if string(g) != string(w) {
+				return fmt.Errorf("%s: entry %d = %s, want %s", c.Nodes[i].Machine, k, g, w)
+			}
+		}
+		return nil
+	}
+	for i := range c.Nodes {
+		if err := same(i); err != nil {
+			t.Error(err)
+		}
+	}
+	// A restarted node answers the same entries.
+	ri := 3 - li - nl
+	c.StopNode(ri)
+	c.RestartNode(ri)
+	testutil.Poll(t, "the restarted node's timeline", 20*time.Second, func() error { return same(ri) })
 }

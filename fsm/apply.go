@@ -143,7 +143,11 @@ func (a *applier) setFormat(c SetFormat) any {
 	if c.Level <= a.st.format || c.Level > MaxFormat {
 		return fmt.Errorf("%w: format %d (the cluster is at %d, this build knows up to %d)", ErrInvalidCommand, c.Level, a.st.format, MaxFormat)
 	}
+	from := a.st.format
 	a.st.format = c.Level
+	if from < TimelineFormat && c.Level >= TimelineFormat {
+		a.seedTimeline()
+	}
 	return nil
 }
 

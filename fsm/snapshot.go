@@ -27,8 +27,11 @@ import (
 // their machine, and commands that name the machine token behind them; its
 // document adds "candidates" and "limits". Format 3 adds the renewal slack
 // (HeartbeatResource and RenewLease carry slackMs, and a renewal never moves
-// an expiry earlier); its document is format 2's.
-const MaxFormat = 3
+// an expiry earlier); its document is format 2's. Format 4 adds the
+// timeline (timeline.go: the last claims and candidate-directory changes,
+// appended by the claim and candidate commands); its document adds
+// "timeline".
+const MaxFormat = 4
 
 // SnapshotVersion is the newest snapshot document version this build writes
 // (at format level MaxFormat).

@@ -64,6 +64,19 @@ func (a *applier) addTimeline(e TimelineEntry) {
 	a.emit(Event{Topic: TopicTimeline, Timeline: &e})
 }
 
+// seedTimeline starts the timeline when the format level reaches 4: with
+// the claim in force, at the claim's own index and time, so a cluster's
+// timeline names its primary from the start.
+func (a *applier) seedTimeline() {
+	p := a.st.primary
+	if p.Holder == "" {
+		return
+	}
+	e := TimelineEntry{Index: p.Index, Time: p.ClaimedAt, Kind: TimelinePrimary, Generation: p.Generation, Holder: p.Holder}
+	a.st.timeline = []TimelineEntry{e}
+	a.emit(Event{Topic: TopicTimeline, Timeline: &e})
+}
+
 // candidateChange is the timeline kind of putting cand over old (exists:
 // old was in the directory), or "" when nothing the timeline records changed.
 func candidateChange(old Candidate, exists bool, cand Candidate) string {
