@@ -103,6 +103,8 @@ func (s *Server) routeTable(metricsAuth bool) []route {
 		withAudit("token.revoke", write(del, "/v1/tokens/member/:machine", noContent(s.revokeToken), ScopeAdmin, fsm.TableTokens, defaultBudget)),
 		read(get, "/v1/tokens/member", answer(http.StatusOK, s.listTokens), ScopeAdmin),
 
+		read(get, "/v1/events", s.streamEvents, ScopeQuery),
+		read(get, "/v1/cluster/timeline", answer(http.StatusOK, s.timeline), ScopeQuery),
 		read(get, "/v1/cluster/status", s.clusterStatus, ScopeQuery),
 		read(get, "/v1/cluster/overview", s.clusterOverview, ScopeQuery),
 		read(post, "/v1/cluster/confirm", answer(http.StatusOK, s.confirm), ScopeQuery),
