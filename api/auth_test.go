@@ -240,6 +240,8 @@ func TestServer_AuthorizationMatrix(t *testing.T) {
 			build: get("/v1/tokens/member")},
 		{name: "GET /v1/cluster/status", want: [numKinds]int{401, 401, 401, 200, 200, 200, 200, 200},
 			build: get("/v1/cluster/status")},
+		{name: "GET /v1/cluster/overview", want: [numKinds]int{401, 401, 401, 200, 200, 200, 200, 200},
+			build: get("/v1/cluster/overview")},
 	}
 
 	unexpected2xx := 0

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/elanous/elanous-node/api/console"
 	"github.com/elanous/elanous-node/fsm"
 	"github.com/labstack/echo/v4"
 )
@@ -104,7 +105,10 @@ func (s *Server) routeTable(metricsAuth bool) []route {
 		withAudit("token.revoke", write(del, "/v1/tokens/member/:machine", noContent(s.revokeToken), ScopeAdmin, fsm.TableTokens, defaultBudget)),
 		read(get, "/v1/tokens/member", answer(http.StatusOK, s.listTokens), ScopeAdmin),
 
+		read(get, "/v1/events", s.streamEvents, ScopeQuery),
+		read(get, "/v1/cluster/timeline", answer(http.StatusOK, s.timeline), ScopeQuery),
 		read(get, "/v1/cluster/status", s.clusterStatus, ScopeQuery),
+		read(get, "/v1/cluster/overview", s.clusterOverview, ScopeQuery),
 		read(post, "/v1/cluster/confirm", answer(http.StatusOK, s.confirm), ScopeQuery),
 		read(get, "/v1/cluster/limits", answer(http.StatusOK, s.getLimits), ScopeQuery),
 		// Limits change no table: the forwarding node's apply wait polls.
@@ -139,6 +143,13 @@ func (s *Server) routes(metricsAuth bool) {
 			mw = append(mw, s.audited(rt.audit, rt.scope))
 		}
 		s.echo.Add(rt.method, rt.path, rt.handler, mw...)
+	}
+	// The web console takes no token: its pages carry no data, and read the
+	// API with the token the user gives them (api/console).
+	ui := echo.WrapHandler(console.New())
+	for _, p := range []string{"/ui", console.Prefix + "*"} {
+		s.metrics.routes[p] = true
+		s.echo.Any(p, ui)
 	}
 }
 
