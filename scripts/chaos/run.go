@@ -178,7 +178,7 @@ func (s *suite) runScenario(ctx context.Context, sc scenario, round int) row {
 		_ = os.RemoveAll(dir)
 	} else {
 		_ = saveHistory(filepath.Join(dir, "history.jsonl"), h)
-		_ = writeJSON(filepath.Join(dir, "violations.json"), map[string]any{"error": r.Error, "violations": r.Details})
+		_ = writeJSON(filepath.Join(dir, "violations.json"), map[string]any{"error": r.Error, "violations": r.Details, "clock": final.clock})
 		r.Dir = dir
 	}
 	slow := 0

@@ -16,11 +16,15 @@ type Clock struct {
 	// WallStartMs is the wall clock (Unix ms) at the history's time 0.
 	WallStartMs int64
 	// Skews are the clock offsets the scenario gave any node (0 is always
-	// one). They are minutes apart and far larger than any TTL, slack and
-	// grace in a run, so an answer's skew is the one nearest to
-	// expiresAt − wall(call) − TTL.
+	// one). An answer's expiresAt − wall(call) − TTL is its leader's offset
+	// plus at most the slack (≤ TTL) and the grace of the claims since, so
+	// its offset is the nearest one when they are minutes apart and the TTL
+	// is seconds (see mapped).
 	Skews []time.Duration
 }
+
+// maxGrace bounds the grace the claims of one run add to an expiry.
+const maxGrace = 10 * time.Second
 
 // ClockTolerance absorbs the millisecond rounding of cluster time and the
 // drift of the machine's wall clock against the monotonic one over a run
@@ -57,10 +61,12 @@ const ClockTolerance = 25 * time.Millisecond
 //     real-time deadline of an answered expiresAt: records expire only
 //     through a sweep at cluster time ≥ expiresAt.
 //
-// A register whose outcome is unknown may take effect at any later instant
-// and set expiresAt = now + TTL below an earlier answer with slack, so the
-// last two (expiresAt-based) checks skip the lives of that record that
-// follow one.
+// The three expiresAt-based checks run on the answers Clock can map (see
+// Clock.mapped: in a run with clock offsets, the answers of short TTLs). A
+// register whose outcome is unknown may take effect at any later instant and
+// set expiresAt = now + TTL below an earlier answer with slack, so they also
+// skip the lives of that record that follow one. The send-time rule needs no
+// clock but the history's and holds everywhere.
 func CheckRenewals(h []Op, clk Clock) []Violation {
 	lives := renewalLives(h)
 	observeGone(h, lives)
@@ -244,6 +250,26 @@ func observeGone(h []Op, lives map[string]*life) {
 	}
 }
 
+// mapped tells whether an answer's offset can be told apart: with one
+// offset, always; with several, when twice its TTL plus maxGrace stays under
+// half their smallest spacing. (A 24 h lease's slack is capped at 5 minutes,
+// as far as the clock-skew scenario's offsets are apart: its answers are held
+// to the send-time rule only.)
+func (clk Clock) mapped(o Op) bool {
+	if clk.WallStartMs == 0 || o.ExpiresAt == 0 {
+		return false
+	}
+	spacing := time.Duration(1<<63 - 1)
+	for i, a := range clk.Skews {
+		for _, b := range clk.Skews[i+1:] {
+			if d := max(a-b, b-a); d > 0 {
+				spacing = min(spacing, d)
+			}
+		}
+	}
+	return 2*time.Duration(o.TTLMs)*time.Millisecond+maxGrace < spacing/2
+}
+
 // mapExpiry maps an answered expiresAt onto the history's clock (see Clock).
 func (clk Clock) mapExpiry(o Op) int64 {
 	wallCall := clk.WallStartMs + o.Call/int64(time.Millisecond)
@@ -269,7 +295,7 @@ func (l *life) check(clk Clock) []Violation {
 	tolD := int64(ClockTolerance)
 	for i := range l.acks {
 		a := &l.acks[i]
-		if a.op.ExpiresAt == 0 || l.noExpiry || clk.WallStartMs == 0 {
+		if l.noExpiry || !clk.mapped(a.op) {
 			continue
 		}
 		a.mapped = clk.mapExpiry(a.op)

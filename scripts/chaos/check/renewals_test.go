@@ -138,3 +138,23 @@ func TestCheckRenewals_LeasePortRegranted(t *testing.T) {
 		}
 	}
 }
+
+// A 24 h lease renewed with its 5-minute slack cap in a run whose offsets are
+// 5 minutes apart cannot be told apart from a covered answer of a leader 5
+// minutes ahead: it is held to the send-time rule only, and passes.
+func TestCheckRenewals_LongTTLUnderOffsets(t *testing.T) {
+	const day = 86_400_000
+	a := acquire(0, 0, 10, 31450, "lease-a")
+	a.TTLMs, a.ExpiresAt = day, wall0+5+day
+	r := renew(0, 1000, 1010, 31450, "lease-a", OK, 200)
+	r.ExpiresAt = wall0 + 1005 + day + 300_000
+	late := renew(0, 1300, 1310, 31450, "lease-a", OK, 200) // covered: the same expiresAt
+	late.ExpiresAt = r.ExpiresAt
+	if v := CheckRenewals([]Op{a, r, late}, clk); len(v) != 0 {
+		t.Errorf("CheckRenewals(24 h lease under 5-minute offsets) = %v, want none", v)
+	}
+	gone := renew(0, 2000, 2010, 31450, "lease-a", Failed, 404)
+	if got := kinds(CheckRenewals([]Op{a, r, late, gone}, clk)); got != "renewal-expired-early" {
+		t.Errorf("CheckRenewals(24 h lease gone after 2 s) = %q, want renewal-expired-early", got)
+	}
+}

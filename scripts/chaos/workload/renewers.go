@@ -16,11 +16,13 @@ import (
 // Renewal members (ARCHITECTURE.md, "Renewals"): each holds one instance
 // record (check.RenewerID) and one port lease on RenewTTL, each kept in a loop
 // of its own through random candidates, leader or follower, including one
-// that is paused or cut off. Most renewals come a few tenths of the TTL after
+// that is paused or cut off. Most renewals come a sixteenth of the TTL after
 // the last one, inside the slack, so the state covers them and nothing is
-// written; one in four waits until just before the client's deadline (send
+// written; one in five waits until just before the client's deadline (send
 // time of the last acknowledged renewal + TTL), so the faults meet members
-// whose promise is about to run out. Every answer is recorded with its
+// whose promise is about to run out. A record's heartbeat sends no attrs,
+// or (one in five) its stored load again, both pure renewals, or (one in
+// twenty) a new load, a write. Every answer is recorded with its
 // expiresAt and whether it was written, for check.CheckRenewals.
 
 // renewerClient is the client id of the first renewal member's record loop;
@@ -53,12 +55,13 @@ func (w *Workload) runRenewers(ctx context.Context) {
 }
 
 // renewGap is the pause after an acknowledged renewal sent at sent: mostly
-// 1/8 of the TTL (±30 %), one time in four until 1.5 timeouts before the
+// 1/16 of the TTL (±30 %), so a written renewal's slack of a quarter TTL
+// covers the next few, and one time in five until 1.5 timeouts before the
 // client's deadline sent + TTL.
 func (c *client) renewGap(sent int64) time.Duration {
 	ttl := c.w.cfg.RenewTTL
-	due := time.Duration(sent) + ttl/8 + time.Duration(c.rng.Int64N(int64(ttl/8*6/10)+1)) - ttl/8*3/10
-	if c.rng.IntN(4) == 0 {
+	due := time.Duration(sent) + ttl/16 + time.Duration(c.rng.Int64N(int64(ttl/16*6/10)+1)) - ttl/16*3/10
+	if c.rng.IntN(5) == 0 {
 		due = time.Duration(sent) + ttl - renewTimeout*3/2
 	}
 	return max(due-time.Duration(c.w.Rec.Now()), 0)
@@ -120,12 +123,12 @@ func (c *client) renewRecord(ctx context.Context, i int) {
 	}
 	c.keep(ctx, o.Call, func() check.Op {
 		var attrs map[string]json.RawMessage
-		switch p := c.rng.IntN(10); {
+		switch p := c.rng.IntN(20); {
 		case p == 0:
 			c.seq++
 			load = fmt.Sprintf("%d", c.seq)
 			attrs = map[string]json.RawMessage{renewLoad: jsonString(load)}
-		case p < 3:
+		case p < 5:
 			attrs = map[string]json.RawMessage{renewLoad: jsonString(load)}
 		}
 		t := c.target()
