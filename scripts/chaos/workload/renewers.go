@@ -56,13 +56,13 @@ func (w *Workload) runRenewers(ctx context.Context) {
 
 // renewGap is the pause after an acknowledged renewal sent at sent: mostly
 // 1/16 of the TTL (±30 %), so a written renewal's slack of a quarter TTL
-// covers the next few, and one time in five until 1.5 timeouts before the
-// client's deadline sent + TTL.
+// covers the next few, and one time in five until 1.5 timeouts (at most
+// 3/8 of the TTL) before the client's deadline sent + TTL.
 func (c *client) renewGap(sent int64) time.Duration {
 	ttl := c.w.cfg.RenewTTL
 	due := time.Duration(sent) + ttl/16 + time.Duration(c.rng.Int64N(int64(ttl/16*6/10)+1)) - ttl/16*3/10
 	if c.rng.IntN(5) == 0 {
-		due = time.Duration(sent) + ttl - renewTimeout*3/2
+		due = time.Duration(sent) + ttl - min(renewTimeout*3/2, ttl*3/8)
 	}
 	return max(due-time.Duration(c.w.Rec.Now()), 0)
 }
