@@ -167,6 +167,9 @@ func (s *suite) runScenario(ctx context.Context, sc scenario, round int) row {
 		for _, n := range res.Notes {
 			s.logf("[%s] note: %s", name, n)
 		}
+		rs := check.SummarizeRenewals(h, final.clock)
+		s.logf("[%s] renewal check: %d lives, %d acknowledged answers (%d with a mapped expiresAt), %d seen gone; the closest came %d ms after its send + TTL",
+			name, rs.Lives, rs.Answers, rs.Mapped, rs.Gone, rs.ClosestMs)
 		if final.ok {
 			r.Details = append(r.Details, check.CheckFinal(h, final.leases, final.resources)...)
 		}

@@ -82,6 +82,43 @@ func CheckRenewals(h []Op, clk Clock) []Violation {
 	return out
 }
 
+// RenewalSummary tells how much CheckRenewals had to go on: the lives, the
+// acknowledged answers (and how many of them it mapped through Clock), the
+// observations of a record gone inside its life, and of those the one
+// closest to the promise it must not break (ClosestMs: how long after the
+// latest send + TTL it returned; -1 with none).
+type RenewalSummary struct {
+	Lives, Answers, Mapped, Gone int
+	ClosestMs                    int64
+}
+
+// SummarizeRenewals is CheckRenewals's RenewalSummary of h.
+func SummarizeRenewals(h []Op, clk Clock) RenewalSummary {
+	lives := renewalLives(h)
+	observeGone(h, lives)
+	sum := RenewalSummary{Lives: len(lives), ClosestMs: -1}
+	for _, l := range lives {
+		var promised int64
+		for _, a := range l.acks {
+			sum.Answers++
+			if !l.noExpiry && clk.mapped(a.op) {
+				sum.Mapped++
+			}
+			promised = max(promised, a.deadline)
+		}
+		for _, g := range l.gone {
+			if !l.within(g.call, g.ret) || len(l.acks) == 0 {
+				continue
+			}
+			sum.Gone++
+			if d := (g.ret - promised) / int64(time.Millisecond); sum.ClosestMs < 0 || d < sum.ClosestMs {
+				sum.ClosestMs = d
+			}
+		}
+	}
+	return sum
+}
+
 // ack is one acknowledged promise.
 type ack struct {
 	op       Op

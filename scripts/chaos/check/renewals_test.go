@@ -158,3 +158,14 @@ func TestCheckRenewals_LongTTLUnderOffsets(t *testing.T) {
 		t.Errorf("CheckRenewals(24 h lease gone after 2 s) = %q, want renewal-expired-early", got)
 	}
 }
+
+func TestSummarizeRenewals(t *testing.T) {
+	got := SummarizeRenewals(goodLife(), clk)
+	// Two lives: the first with four answers, the latest promising until
+	// 2.5 s + 4 s, seen gone twice, first by the 404 that returned at
+	// 9.01 s; the second with two answers.
+	want := RenewalSummary{Lives: 2, Answers: 6, Mapped: 6, Gone: 2, ClosestMs: 9010 - 6500}
+	if got != want {
+		t.Errorf("SummarizeRenewals(goodLife) = %+v, want %+v", got, want)
+	}
+}
