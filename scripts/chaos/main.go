@@ -2,7 +2,7 @@
 // `elanous-node serve` processes, each in its own network namespace, drives
 // it with concurrent clients, injects one scenario's faults, heals, and checks
 // what the clients saw (porcupine linearizability, lease intervals,
-// generations) and what the nodes hold (equal state hashes, every
+// generations, renewal promises) and what the nodes hold (equal state hashes, every
 // acknowledged write, no panic).
 //
 //	go run ./scripts/chaos --scenario all --duration 20s --report r.json

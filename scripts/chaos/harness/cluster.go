@@ -382,6 +382,25 @@ func (c *Cluster) Status(ctx context.Context, i int) (wire.ClusterStatus, error)
 	return st, json.Unmarshal(body, &st)
 }
 
+// Metrics reads node i's /metrics (Prometheus text) with the query token.
+func (c *Cluster) Metrics(ctx context.Context, i int) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Nodes[i].URL+"/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Tokens.Query)
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s: /metrics: status %d", c.Nodes[i].Name, resp.StatusCode)
+	}
+	return string(body), err
+}
+
 // Statuses reads every node's status concurrently; a node that did not answer
 // has a nil entry.
 func (c *Cluster) Statuses(ctx context.Context) []*wire.ClusterStatus {
