@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +28,24 @@ func benchCluster(b *testing.B) *apitest.Cluster {
 
 func reportOpsPerSec(b *testing.B, ops int) {
 	b.ReportMetric(float64(ops)/b.Elapsed().Seconds(), "ops/s")
+}
+
+// cpuTime is the CPU time (user and system) this process has used: the
+// whole cluster and its clients, which all run in it.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPUPerOp reports the CPU time the process used per op since start:
+// on a shared machine it moves less with the neighbours' load than ops/s.
+func reportCPUPerOp(b *testing.B, start time.Duration, ops int) {
+	if ops > 0 {
+		b.ReportMetric(float64((cpuTime(b)-start).Microseconds())/float64(ops), "cpu-µs/op")
+	}
 }
 
 // proposeAcquire acquires a lease through Propose; safe on any goroutine.
@@ -195,6 +214,7 @@ func BenchmarkHTTP_ResourceHeartbeat(b *testing.B) {
 	batches0, commands0 := leader.BatchStats()
 	index0, announced0, told0 := leader.Raft().LastIndex(), leader.Announcements(), leader.DirectAnnouncements()
 	b.SetParallelism((clients + 1) / 2) // GOMAXPROCS is 2 here
+	cpu0 := cpuTime(b)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		cl := <-calls
@@ -208,6 +228,7 @@ func BenchmarkHTTP_ResourceHeartbeat(b *testing.B) {
 		}
 	})
 	reportOpsPerSec(b, int(ops.Load()))
+	reportCPUPerOp(b, cpu0, int(ops.Load()))
 	batches, commands := leader.BatchStats()
 	if n := batches - batches0; n > 0 {
 		b.ReportMetric(float64(commands-commands0)/float64(n), "commands/batch")

@@ -72,6 +72,10 @@ type renewStats struct {
 // roundTimeout bounds one confirmation round, whoever waits on it.
 const roundTimeout = 2 * time.Second
 
+// minRoundGap is the least time between the starts of two rounds run back to
+// back (rounds.loop).
+const minRoundGap = time.Millisecond
+
 // followerApplyWait bounds how long a follower waits to apply up to the
 // leader's commit index before it forwards the renewal instead.
 const followerApplyWait = 200 * time.Millisecond
@@ -332,9 +336,23 @@ func (rs *rounds) join(ctx context.Context) (Confirmation, error) {
 	}
 }
 
-// loop runs rounds back to back while callers wait for one.
+// loop runs rounds while callers wait for one. A round that begins while
+// callers are already waiting (they arrived during the previous round: the
+// node is busy) begins no sooner than minRoundGap after the previous one
+// began, so it serves more of them at once: a round costs a quorum's
+// heartbeats or a request to the leader whatever it serves. A caller that
+// finds no round running starts one at once.
 func (rs *rounds) loop() {
+	var last time.Time
 	for {
+		if wait := minRoundGap - time.Since(last); !last.IsZero() && wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-rs.stop:
+				t.Stop()
+			}
+		}
 		rs.mu.Lock()
 		r := rs.next
 		rs.next = nil
@@ -344,6 +362,7 @@ func (rs *rounds) loop() {
 			return
 		}
 		rs.mu.Unlock()
+		last = time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), roundTimeout)
 		go func() {
 			select {

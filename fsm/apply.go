@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -188,10 +187,10 @@ func (a *applier) claim(c ClaimPrimary) any {
 	}
 	// Rebasing is monotonic, so the trees keep their order; each record is
 	// rewritten (records are immutable once stored) and the indexes rebuilt.
-	rebased := btree.NewG(btreeDegree, lessResource)
-	a.st.resources.Ascend(func(r *Resource) bool {
+	rebased := btree.NewG(btreeDegree, lessRecord)
+	a.st.resources.Ascend(func(r *record) bool {
 		c := *r
-		c.ExpiresAt = rebase(c.ExpiresAt)
+		c.expiresAt = rebase(c.expiresAt)
 		rebased.ReplaceOrInsert(&c)
 		a.touched[TableResources] = true
 		return true
@@ -223,11 +222,11 @@ func (a *applier) register(c RegisterResource) any {
 	}
 	registeredAt := a.now
 	old, exists := a.st.resource(c.ID)
-	if exists && a.live(old.ExpiresAt) {
-		if c.Caller.Machine != "" && old.Machine != c.Caller.Machine {
-			return fmt.Errorf("%w: resource %q belongs to machine %q", ErrForbidden, c.ID, old.Machine)
+	if exists && a.live(old.expiresAt) {
+		if m := old.machine(); c.Caller.Machine != "" && m != c.Caller.Machine {
+			return fmt.Errorf("%w: resource %q belongs to machine %q", ErrForbidden, c.ID, m)
 		}
-		registeredAt = old.RegisteredAt
+		registeredAt = old.registeredAt
 	}
 	if a.st.format >= 2 {
 		if err := checkMachineID(c.ID, c.Kind, c.Machine); err != nil {
@@ -237,19 +236,19 @@ func (a *applier) register(c RegisterResource) any {
 			return err
 		}
 	}
-	attrs := maps.Clone(c.Attrs)
-	if attrs == nil {
-		attrs = map[string]json.RawMessage{}
+	attrs, err := encodeAttrs(c.Attrs)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidCommand, err)
 	}
-	r := &Resource{
+	r := newRecord(&Resource{
 		ID: c.ID, Kind: c.Kind, Name: c.Name, Machine: c.Machine, Owner: c.Caller.Owner,
-		Endpoint: c.Endpoint, Attrs: attrs, ObservedAt: c.ObservedAt, TTLMs: c.TTLMs,
+		Endpoint: c.Endpoint, ObservedAt: c.ObservedAt, TTLMs: c.TTLMs,
 		RegisteredAt: registeredAt, RenewedAt: a.now, ExpiresAt: a.now + c.TTLMs, Revision: a.index,
-	}
+	}, attrs)
 	a.st.putResource(r)
 	a.touched[TableResources] = true
 	a.emitResource(r)
-	return *r
+	return r.resource()
 }
 
 // checkMachineID enforces (format 2) that a machine's record is the one id
@@ -270,12 +269,12 @@ func checkMachineID(id, kind, machine string) error {
 // resourceQuota refuses (format 2) a register that would add a resource past
 // the machine's or the cluster's limit. Replacing a record of the same
 // machine adds nothing.
-func (a *applier) resourceQuota(machine string, old *Resource, exists bool) error {
-	if exists && old.Machine == machine {
+func (a *applier) resourceQuota(machine string, old *record, exists bool) error {
+	if exists && old.machine() == machine {
 		return nil
 	}
 	lim := a.st.limits.EffectiveLimits()
-	if n := a.st.resPerMachine[machine]; n >= lim.ResourcesPerMachine {
+	if n := a.st.resourcesPerMachine(machine); n >= lim.ResourcesPerMachine {
 		return fmt.Errorf("%w: machine %q already has %d resources (limit resourcesPerMachine %d)", ErrQuotaExceeded, machine, n, lim.ResourcesPerMachine)
 	}
 	if n := a.st.resources.Len(); !exists && n >= lim.Resources {
@@ -285,15 +284,15 @@ func (a *applier) resourceQuota(machine string, old *Resource, exists bool) erro
 }
 
 // liveResource finds a live resource the caller may change.
-func (a *applier) liveResource(id string, caller Caller) (Resource, error) {
+func (a *applier) liveResource(id string, caller Caller) (*record, error) {
 	r, ok := a.st.resource(id)
-	if !ok || !a.live(r.ExpiresAt) {
-		return Resource{}, fmt.Errorf("resource %q: %w", id, ErrNotFound)
+	if !ok || !a.live(r.expiresAt) {
+		return nil, fmt.Errorf("resource %q: %w", id, ErrNotFound)
 	}
-	if caller.Machine != "" && r.Machine != caller.Machine {
-		return Resource{}, fmt.Errorf("%w: resource %q belongs to machine %q", ErrForbidden, id, r.Machine)
+	if m := r.machine(); caller.Machine != "" && m != caller.Machine {
+		return nil, fmt.Errorf("%w: resource %q belongs to machine %q", ErrForbidden, id, m)
 	}
-	return *r, nil
+	return r, nil
 }
 
 func (a *applier) heartbeat(c HeartbeatResource) any {
@@ -303,28 +302,31 @@ func (a *applier) heartbeat(c HeartbeatResource) any {
 	if err := a.checkSlack(c.SlackMs); err != nil {
 		return err
 	}
-	r, err := a.liveResource(c.ID, c.Caller)
+	old, err := a.liveResource(c.ID, c.Caller)
 	if err != nil {
 		return err
 	}
+	renewed := *old // shares the text: the attrs are unchanged
+	r := &renewed
 	if len(c.Attrs) > 0 {
-		merged := maps.Clone(r.Attrs)
-		if merged == nil {
-			merged = map[string]json.RawMessage{}
-		}
+		merged := decodeAttrs(old.attrs())
 		maps.Copy(merged, c.Attrs)
 		if err := ValidateAttrs(merged); err != nil {
 			return err
 		}
-		r.Attrs = merged
+		attrs, err := encodeAttrs(merged)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidCommand, err)
+		}
+		r = old.withAttrs(attrs)
 	}
-	r.RenewedAt = a.now
-	r.ExpiresAt = a.renewedExpiry(r.ExpiresAt, r.TTLMs, c.SlackMs)
-	r.Revision = a.index
-	a.st.putResource(&r)
+	r.renewedAt = a.now
+	r.expiresAt = a.renewedExpiry(r.expiresAt, r.ttlMs, c.SlackMs)
+	r.revision = a.index
+	a.st.putResource(r)
 	a.touched[TableResources] = true
-	a.emitResource(&r)
-	return r
+	a.emitResource(r)
+	return r.resource()
 }
 
 func (a *applier) deleteResource(c DeleteResource) any {
@@ -554,11 +556,11 @@ func (a *applier) revokeToken(c RevokeToken) any {
 // their earliest entry: O(k log n) for k due records.
 func (a *applier) sweep(Sweep) any {
 	res := SweepResult{Resources: []string{}, Leases: []int{}}
-	for _, e := range due(a.st.resExpiry, a.now) {
-		a.st.deleteResource(e.key)
-		res.Resources = append(res.Resources, e.key)
+	for _, id := range a.st.dueResources(a.now) {
+		a.st.deleteResource(id)
+		res.Resources = append(res.Resources, id)
 		a.touched[TableResources] = true
-		a.emit(Event{Topic: TopicResources, Op: OpDelete, ID: e.key, Reason: ReasonExpired})
+		a.emit(Event{Topic: TopicResources, Op: OpDelete, ID: id, Reason: ReasonExpired})
 	}
 	for _, e := range due(a.st.leaseExpiry, a.now) {
 		a.st.deleteLease(e.port)

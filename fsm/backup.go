@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -101,25 +100,28 @@ type Backup struct {
 // every record as a replica would have to hold it. Any failure wraps
 // ErrInvalidSnapshot; nothing is changed anywhere.
 func ReadBackup(r io.Reader) (*Backup, error) {
-	dec := json.NewDecoder(bufio.NewReaderSize(r, 64<<10))
-	dec.DisallowUnknownFields()
-	var doc document
-	if err := dec.Decode(&doc); err != nil {
-		return nil, fmt.Errorf("%w: the document does not decode: %v", ErrInvalidSnapshot, err)
+	doc, resources, err := readSnapshot(bufio.NewReaderSize(r, 64<<10), &strictRead{check: checkResource})
+	if errors.Is(err, errDataAfter) {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidSnapshot, err)
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: data after the document", ErrInvalidSnapshot)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the document does not decode: %v", ErrInvalidSnapshot, err)
 	}
 	if err := doc.check(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidSnapshot, err)
 	}
-	st, err := doc.state()
+	maxIndex := doc.maxIndex()
+	resources.Ascend(func(r *record) bool {
+		maxIndex = max(maxIndex, r.revision)
+		return true
+	})
+	st, err := doc.state(resources)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidSnapshot, err)
 	}
 	return &Backup{
 		version: doc.Version, applied: doc.Applied, primary: doc.Primary, lastNow: doc.LastNow,
-		maxIndex: doc.maxIndex(),
+		maxIndex: maxIndex,
 		counts:   Counts{Resources: st.resources.Len(), Leases: len(st.leases), Tokens: len(st.tokens), Candidates: len(st.candidates)},
 		st:       st,
 	}, nil
@@ -244,7 +246,8 @@ func viewOf(st *state) view {
 }
 
 // check refuses a document no replica could hold: the rules are the ones
-// Apply enforces on the commands that create each record.
+// Apply enforces on the commands that create each record. The resources are
+// checked as they are read (checkResource), and are not in doc.
 func (doc *document) check() error {
 	if doc.Version < 1 || doc.Version > MaxFormat {
 		return fmt.Errorf("snapshot version %d is not supported (this build reads 1 to %d)", doc.Version, MaxFormat)
@@ -254,25 +257,6 @@ func (doc *document) check() error {
 	}
 	if doc.Version < 2 && (len(doc.Candidates) > 0 || doc.Limits != (Limits{})) {
 		return fmt.Errorf("a version %d document holds format 2 content (candidates or limits)", doc.Version)
-	}
-	ids := make(map[string]bool, len(doc.Resources))
-	for _, r := range doc.Resources {
-		if err := wire.CheckResourceID(r.ID); err != nil {
-			return fmt.Errorf("resource: %v", err)
-		}
-		if ids[r.ID] {
-			return fmt.Errorf("resource %q appears twice", r.ID)
-		}
-		ids[r.ID] = true
-		if !wire.ValidKind(r.Kind) || !wire.ValidMachine(r.Machine) {
-			return fmt.Errorf("resource %q: kind %q or machine %q is not valid", r.ID, r.Kind, r.Machine)
-		}
-		if r.TTLMs <= 0 || r.TTLMs > wire.MaxResourceTTLMs {
-			return fmt.Errorf("resource %q: ttlMs %d out of range", r.ID, r.TTLMs)
-		}
-		if err := wire.CheckAttrs(r.Attrs); err != nil {
-			return fmt.Errorf("resource %q: %v", r.ID, err)
-		}
 	}
 	ports := make(map[int]bool, len(doc.Leases))
 	for _, l := range doc.Leases {
@@ -327,14 +311,30 @@ func (doc *document) check() error {
 	return checkTimeline(doc.Timeline)
 }
 
-// maxIndex is Backup.MaxIndex of the document.
+// checkResource refuses a resource no replica could hold (ReadBackup checks
+// each as it reads it).
+func checkResource(r *Resource) error {
+	if err := wire.CheckResourceID(r.ID); err != nil {
+		return fmt.Errorf("resource: %v", err)
+	}
+	if !wire.ValidKind(r.Kind) || !wire.ValidMachine(r.Machine) {
+		return fmt.Errorf("resource %q: kind %q or machine %q is not valid", r.ID, r.Kind, r.Machine)
+	}
+	if r.TTLMs <= 0 || r.TTLMs > wire.MaxResourceTTLMs {
+		return fmt.Errorf("resource %q: ttlMs %d out of range", r.ID, r.TTLMs)
+	}
+	if err := wire.CheckAttrs(r.Attrs); err != nil {
+		return fmt.Errorf("resource %q: %v", r.ID, err)
+	}
+	return nil
+}
+
+// maxIndex is Backup.MaxIndex of the document without its resources (which
+// readSnapshot keeps out of it).
 func (doc *document) maxIndex() uint64 {
 	m := max(doc.Applied, doc.Primary.Index)
 	for _, i := range doc.Indexes {
 		m = max(m, i)
-	}
-	for _, r := range doc.Resources {
-		m = max(m, r.Revision)
 	}
 	for _, l := range doc.Leases {
 		m = max(m, l.Fence)

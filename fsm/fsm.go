@@ -88,7 +88,7 @@ func (f *FSM) Resource(id string) (Resource, bool) {
 	if !ok {
 		return Resource{}, false
 	}
-	return *r, true
+	return r.resource(), true
 }
 
 // Resources returns the resources matching kind and machine ("" matches all),
@@ -96,7 +96,7 @@ func (f *FSM) Resource(id string) (Resource, bool) {
 // full listing walks a copy of the tree taken in O(1), so writers do not wait
 // for it.
 func (f *FSM) Resources(kind, machine string) []Resource {
-	match := func(r *Resource) bool { return kind == "" || r.Kind == kind }
+	match := func(r *record) bool { return kind == "" || r.kind.Value() == kind }
 	if machine != "" {
 		f.mu.RLock()
 		defer f.mu.RUnlock()
@@ -104,7 +104,7 @@ func (f *FSM) Resources(kind, machine string) []Resource {
 		out := make([]Resource, 0, len(ids))
 		for _, id := range ids {
 			if r, ok := f.st.resource(id); ok && match(r) {
-				out = append(out, *r)
+				out = append(out, r.resource())
 			}
 		}
 		return out
@@ -113,9 +113,9 @@ func (f *FSM) Resources(kind, machine string) []Resource {
 	tree := f.st.resources.Clone()
 	f.mu.Unlock()
 	out := make([]Resource, 0, tree.Len())
-	tree.Ascend(func(r *Resource) bool {
+	tree.Ascend(func(r *record) bool {
 		if match(r) {
-			out = append(out, *r)
+			out = append(out, r.resource())
 		}
 		return true
 	})

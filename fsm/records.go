@@ -2,8 +2,9 @@ package fsm
 
 import "encoding/json"
 
-// Resource is a registered machine or instance. Attrs is never mutated once a
-// record is stored (updates build a new map), so copies may share it.
+// Resource is a registered machine or instance, as commands return it and the
+// snapshot document holds it. The state stores each as a compact record
+// (record.go); every Resource the FSM hands out has an Attrs map of its own.
 type Resource struct {
 	ID           string                     `json:"id"`
 	Kind         string                     `json:"kind"`

@@ -48,10 +48,10 @@ func (f *FSM) JudgeRenewal(cmd Command, now int64) (Renewal, error) {
 		if err != nil {
 			return Renewal{}, err
 		}
-		if !sameAttrs(r, c) || r.ExpiresAt < a.now+r.TTLMs {
-			return Renewal{TTLMs: r.TTLMs}, nil
+		if !sameAttrs(r, c) || r.expiresAt < a.now+r.ttlMs {
+			return Renewal{TTLMs: r.ttlMs}, nil
 		}
-		return Renewal{Covered: true, Value: r, TTLMs: r.TTLMs}, nil
+		return Renewal{Covered: true, Value: r.resource(), TTLMs: r.ttlMs}, nil
 	case RenewLease:
 		c.Caller.Admin = false // renewal is the owner's alone, as in Apply
 		l, err := a.heldLease(c.Port, c.LeaseID, c.Caller)
@@ -70,9 +70,13 @@ func (f *FSM) JudgeRenewal(cmd Command, now int64) (Renewal, error) {
 // nothing: every attr it sends is stored with the same bytes. A value equal
 // in meaning but not in bytes counts as a change (the heartbeat is then a
 // write, which is always correct).
-func sameAttrs(r Resource, c HeartbeatResource) bool {
+func sameAttrs(r *record, c HeartbeatResource) bool {
+	if len(c.Attrs) == 0 {
+		return true
+	}
+	stored := decodeAttrs(r.attrs())
 	for k, v := range c.Attrs {
-		old, ok := r.Attrs[k]
+		old, ok := stored[k]
 		if !ok || !bytes.Equal(old, v) {
 			return false
 		}

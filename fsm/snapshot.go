@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/elanous/elanous-node/api/wire"
 	"github.com/google/btree"
@@ -71,7 +73,7 @@ type leaseRecord struct {
 // tree is a lazy copy-on-write clone (O(1) to take), the small tables are
 // copied and sorted.
 type view struct {
-	resources *btree.BTreeG[*Resource]
+	resources *btree.BTreeG[*record]
 	leases    []PortLease
 	tokens    []MemberToken
 	idem      []idemRecord
@@ -95,7 +97,9 @@ func (f *FSM) view() (view, uint64) {
 
 // write encodes the view as the snapshot document, record by record, without
 // HTML escaping and without a trailing newline; applied 0 is left out. The
-// bytes equal json.Marshal of the equivalent document.
+// bytes equal json.Marshal of the equivalent document. Each resource is
+// encoded into one reused buffer (record.appendJSON) and streamed to out, so
+// the document is never held in memory.
 func (v view) write(out io.Writer, applied uint64) error {
 	w := bufio.NewWriterSize(out, 64<<10)
 	var buf bytes.Buffer
@@ -127,13 +131,18 @@ func (v view) write(out io.Writer, applied uint64) error {
 		put("]")
 	}
 	put(`{"version":` + strconv.Itoa(v.format) + `,"resources":[`)
+	rec := make([]byte, 0, 1024)
 	first := true
-	v.resources.Ascend(func(r *Resource) bool {
+	v.resources.Ascend(func(r *record) bool {
+		rec = rec[:0]
 		if !first {
-			put(",")
+			rec = append(rec, ',')
 		}
 		first = false
-		value(r)
+		rec = r.appendJSON(rec)
+		if err == nil {
+			_, err = w.Write(rec)
+		}
 		return err == nil
 	})
 	put(`],"leases":`)
@@ -179,13 +188,15 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 
 // Restore replaces the state with a snapshot: it decodes into a fresh state
 // and swaps it in under the lock, so readers never see a half-restored state.
+// The document is read as a stream (readSnapshot): only one resource at a
+// time is held in its decoded form.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	var doc document
-	if err := json.NewDecoder(bufio.NewReaderSize(rc, 64<<10)).Decode(&doc); err != nil {
+	doc, resources, err := readSnapshot(bufio.NewReaderSize(rc, 64<<10), nil)
+	if err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
-	st, err := doc.state()
+	st, err := doc.state(resources)
 	if err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
@@ -201,19 +212,138 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-func (doc document) state() (*state, error) {
+// strictRead is how ReadBackup reads a document: no unknown member, nothing
+// after the document, every resource checked (check) as it is read and none
+// given twice.
+type strictRead struct {
+	check func(r *Resource) error
+}
+
+// errDataAfter is readSnapshot's strict refusal of data after the document.
+var errDataAfter = errors.New("data after the document")
+
+// readSnapshot decodes a snapshot document as json.Decoder.Decode would into
+// a document, except that the resources are stored as records one by one
+// while the document is read, instead of decoded into doc.Resources (which
+// stays empty). The other members are small and decoded as a document. As
+// encoding/json does, a member name matches its field case-insensitively and
+// a member given twice keeps its last value. Anything after the document is
+// not read, unless strict (non-nil) refuses it.
+func readSnapshot(r io.Reader, strict *strictRead) (document, *btree.BTreeG[*record], error) {
+	var doc document
+	resources := btree.NewG(btreeDegree, lessRecord)
+	dec := json.NewDecoder(r)
+	if strict != nil {
+		dec.DisallowUnknownFields()
+	}
+	if tok, err := dec.Token(); err != nil {
+		return doc, nil, err
+	} else if tok != json.Delim('{') {
+		return doc, nil, fmt.Errorf("the document is %v, not an object", tok)
+	}
+	var rest bytes.Buffer
+	rest.WriteByte('{')
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return doc, nil, err
+		}
+		key, _ := tok.(string) // an object's member names are strings
+		if strings.EqualFold(key, "resources") {
+			resources = btree.NewG(btreeDegree, lessRecord)
+			if err := readResources(dec, resources, strict); err != nil {
+				return doc, nil, fmt.Errorf("resources: %w", err)
+			}
+			continue
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return doc, nil, err
+		}
+		if rest.Len() > 1 {
+			rest.WriteByte(',')
+		}
+		name, err := json.Marshal(key)
+		if err != nil {
+			return doc, nil, err
+		}
+		rest.Write(name)
+		rest.WriteByte(':')
+		rest.Write(v)
+	}
+	if _, err := dec.Token(); err != nil {
+		return doc, nil, err
+	}
+	if strict != nil {
+		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+			return doc, nil, errDataAfter
+		}
+	}
+	rest.WriteByte('}')
+	restDec := json.NewDecoder(&rest)
+	if strict != nil {
+		restDec.DisallowUnknownFields()
+	}
+	if err := restDec.Decode(&doc); err != nil {
+		return doc, nil, err
+	}
+	return doc, resources, nil
+}
+
+// readResources reads the value of "resources" (an array of resources, or
+// null) into tree; a later record with an id replaces an earlier one, or is
+// refused when strict.
+func readResources(dec *json.Decoder, tree *btree.BTreeG[*record], strict *strictRead) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok == nil {
+		return nil
+	}
+	if tok != json.Delim('[') {
+		return fmt.Errorf("%v is not an array", tok)
+	}
+	for dec.More() {
+		var r Resource
+		if err := dec.Decode(&r); err != nil {
+			return err
+		}
+		if strict != nil {
+			if err := strict.check(&r); err != nil {
+				return err
+			}
+		}
+		rec, err := storedRecord(&r)
+		if err != nil {
+			return err
+		}
+		if _, dup := tree.ReplaceOrInsert(rec); dup && strict != nil {
+			return fmt.Errorf("resource %q appears twice", r.ID)
+		}
+	}
+	_, err = dec.Token()
+	return err
+}
+
+// storedRecord is the record a replica stores for r.
+func storedRecord(r *Resource) (*record, error) {
+	attrs, err := encodeAttrs(r.Attrs)
+	if err != nil {
+		return nil, fmt.Errorf("resource %q: %w", r.ID, err)
+	}
+	return newRecord(r, attrs), nil
+}
+
+// state builds the state the document and its resources (readSnapshot)
+// describe, indexes included.
+func (doc document) state(resources *btree.BTreeG[*record]) (*state, error) {
 	if doc.Version < 1 || doc.Version > MaxFormat {
 		return nil, fmt.Errorf("snapshot version %d is not supported (this build reads 1 to %d)", doc.Version, MaxFormat)
 	}
 	st := newState()
 	st.format = doc.Version
-	for i := range doc.Resources {
-		r := &doc.Resources[i]
-		if r.Attrs == nil {
-			r.Attrs = map[string]json.RawMessage{}
-		}
-		st.resources.ReplaceOrInsert(r)
-	}
+	st.resources = resources
 	for _, l := range doc.Leases {
 		if !wire.ValidPort(l.Port) {
 			return nil, fmt.Errorf("lease on port %d: a port is 1-65535", l.Port)

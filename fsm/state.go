@@ -17,8 +17,8 @@ import (
 // rebase rebuild them.
 type state struct {
 	// resources is ordered by id. Records are immutable once stored (a change
-	// stores a new *Resource), so a Clone of the tree is a consistent view.
-	resources  *btree.BTreeG[*Resource]
+	// stores a new *record), so a Clone of the tree is a consistent view.
+	resources  *btree.BTreeG[*record]
 	leases     map[int]PortLease
 	tokens     map[string]MemberToken // by machine
 	byHash     map[string]string      // sha256 → machine, derived from tokens
@@ -31,14 +31,15 @@ type state struct {
 	lastNow    int64                // the latest applied time (Unix ms)
 	indexes    [numTables]uint64    // log index of the last change to each table
 
-	resExpiry       *btree.BTreeG[expiry]    // every resource by (expiresAt, id)
-	leaseExpiry     *btree.BTreeG[expiry]    // every lease by (expiresAt, port)
-	idemExpiry      *btree.BTreeG[expiry]    // every remembered key by (until, key)
-	byMachine       *btree.BTreeG[machineID] // every resource by (machine, id)
-	leaseByKey      map[string][]int         // owner/key → sorted ports of leases granted under it
-	occupied        portSet                  // ports holding a lease record, live or due
-	resPerMachine   map[string]int           // machine → resources naming it
-	leasePerMachine map[string]int           // machine → leases naming it
+	// The resource indexes hold the stored records themselves, ordered by
+	// other keys: no copy of an id or machine name.
+	resExpiry       *btree.BTreeG[*record] // every resource by (expiresAt, id)
+	byMachine       *btree.BTreeG[*record] // every resource by (machine, id)
+	leaseExpiry     *btree.BTreeG[expiry]  // every lease by (expiresAt, port)
+	idemExpiry      *btree.BTreeG[expiry]  // every remembered key by (until, key)
+	leaseByKey      map[string][]int       // owner/key → sorted ports of leases granted under it
+	occupied        portSet                // ports holding a lease record, live or due
+	leasePerMachine map[string]int         // machine → leases naming it
 }
 
 // expiry is an entry of an expiry index: when, and which record.
@@ -58,66 +59,70 @@ func lessExpiry(a, b expiry) bool {
 	return a.port < b.port
 }
 
-func lessResource(a, b *Resource) bool { return a.ID < b.ID }
-
-// machineID is an entry of the by-machine index.
-type machineID struct{ machine, id string }
-
-func lessMachineID(a, b machineID) bool {
-	if a.machine != b.machine {
-		return a.machine < b.machine
-	}
-	return a.id < b.id
-}
-
 // btreeDegree suits trees of a few to a few hundred thousand items.
 const btreeDegree = 32
 
 func newState() *state {
 	return &state{
-		resources:       btree.NewG(btreeDegree, lessResource),
+		resources:       btree.NewG(btreeDegree, lessRecord),
 		leases:          map[int]PortLease{},
 		tokens:          map[string]MemberToken{},
 		byHash:          map[string]string{},
 		idem:            map[string]idemRecord{},
-		resExpiry:       btree.NewG(btreeDegree, lessExpiry),
+		resExpiry:       btree.NewG(btreeDegree, lessRecordExpiry),
 		leaseExpiry:     btree.NewG(btreeDegree, lessExpiry),
 		idemExpiry:      btree.NewG(btreeDegree, lessExpiry),
-		byMachine:       btree.NewG(btreeDegree, lessMachineID),
+		byMachine:       btree.NewG(btreeDegree, lessRecordMachine),
 		leaseByKey:      map[string][]int{},
 		format:          1,
 		candidates:      map[string]Candidate{},
-		resPerMachine:   map[string]int{},
 		leasePerMachine: map[string]int{},
 	}
 }
 
-// resource returns the stored resource with id.
-func (st *state) resource(id string) (*Resource, bool) {
-	return st.resources.Get(&Resource{ID: id})
+// resource returns the stored record with id.
+func (st *state) resource(id string) (*record, bool) {
+	return st.resources.Get(probe(id))
 }
 
 // putResource stores r, replacing any record with its id.
-func (st *state) putResource(r *Resource) {
+func (st *state) putResource(r *record) {
 	if old, ok := st.resources.ReplaceOrInsert(r); ok {
 		st.unindexResource(old)
 	}
-	st.resExpiry.ReplaceOrInsert(expiry{at: r.ExpiresAt, key: r.ID})
-	st.byMachine.ReplaceOrInsert(machineID{r.Machine, r.ID})
-	st.resPerMachine[r.Machine]++
+	st.indexResource(r)
+}
+
+func (st *state) indexResource(r *record) {
+	st.resExpiry.ReplaceOrInsert(r)
+	st.byMachine.ReplaceOrInsert(r)
 }
 
 // deleteResource removes the resource with id, if any.
 func (st *state) deleteResource(id string) {
-	if old, ok := st.resources.Delete(&Resource{ID: id}); ok {
+	if old, ok := st.resources.Delete(probe(id)); ok {
 		st.unindexResource(old)
 	}
 }
 
-func (st *state) unindexResource(r *Resource) {
-	st.resExpiry.Delete(expiry{at: r.ExpiresAt, key: r.ID})
-	st.byMachine.Delete(machineID{r.Machine, r.ID})
-	decrement(st.resPerMachine, r.Machine)
+func (st *state) unindexResource(r *record) {
+	st.resExpiry.Delete(r)
+	st.byMachine.Delete(r)
+}
+
+// resourcesPerMachine returns how many resources name machine: a walk of its
+// records in the by-machine index, O(log n + k) for the k ≤
+// ResourcesPerMachine records a quota allows it.
+func (st *state) resourcesPerMachine(machine string) int {
+	n := 0
+	st.byMachine.AscendGreaterOrEqual(machineProbe(machine), func(r *record) bool {
+		if r.machine() != machine {
+			return false
+		}
+		n++
+		return true
+	})
+	return n
 }
 
 // decrement lowers m[k], forgetting k at zero.
@@ -132,11 +137,11 @@ func decrement(m map[string]int, k string) {
 // machineResources returns the ids of machine's resources, sorted.
 func (st *state) machineResources(machine string) []string {
 	var ids []string
-	st.byMachine.AscendGreaterOrEqual(machineID{machine: machine}, func(m machineID) bool {
-		if m.machine != machine {
+	st.byMachine.AscendGreaterOrEqual(machineProbe(machine), func(r *record) bool {
+		if r.machine() != machine {
 			return false
 		}
-		ids = append(ids, m.id)
+		ids = append(ids, r.id())
 		return true
 	})
 	return ids
@@ -217,6 +222,20 @@ func (st *state) deleteToken(machine string) {
 	}
 }
 
+// dueResources returns the ids of the resources expiring at or before now,
+// in order.
+func (st *state) dueResources(now int64) []string {
+	var out []string
+	st.resExpiry.Ascend(func(r *record) bool {
+		if r.expiresAt > now {
+			return false
+		}
+		out = append(out, r.id())
+		return true
+	})
+	return out
+}
+
 // due returns the entries of an expiry index at or before now, in order.
 func due(t *btree.BTreeG[expiry], now int64) []expiry {
 	var out []expiry
@@ -236,7 +255,10 @@ func due(t *btree.BTreeG[expiry], now int64) []expiry {
 func (st *state) nextExpiry() (int64, bool) {
 	var next int64
 	found := false
-	for _, t := range []*btree.BTreeG[expiry]{st.resExpiry, st.leaseExpiry, st.idemExpiry} {
+	if r, ok := st.resExpiry.Min(); ok {
+		next, found = r.expiresAt, true
+	}
+	for _, t := range []*btree.BTreeG[expiry]{st.leaseExpiry, st.idemExpiry} {
 		if e, ok := t.Min(); ok && (!found || e.at < next) {
 			next, found = e.at, true
 		}
@@ -253,19 +275,16 @@ func (st *state) anyLeaseDue(now int64) bool {
 
 // rebuildIndexes recomputes every derived index from the records.
 func (st *state) rebuildIndexes() {
-	st.resExpiry = btree.NewG(btreeDegree, lessExpiry)
+	st.resExpiry = btree.NewG(btreeDegree, lessRecordExpiry)
 	st.leaseExpiry = btree.NewG(btreeDegree, lessExpiry)
 	st.idemExpiry = btree.NewG(btreeDegree, lessExpiry)
-	st.byMachine = btree.NewG(btreeDegree, lessMachineID)
+	st.byMachine = btree.NewG(btreeDegree, lessRecordMachine)
 	st.leaseByKey = map[string][]int{}
 	st.occupied = portSet{}
 	st.byHash = map[string]string{}
-	st.resPerMachine = map[string]int{}
 	st.leasePerMachine = map[string]int{}
-	st.resources.Ascend(func(r *Resource) bool {
-		st.resExpiry.ReplaceOrInsert(expiry{at: r.ExpiresAt, key: r.ID})
-		st.byMachine.ReplaceOrInsert(machineID{r.Machine, r.ID})
-		st.resPerMachine[r.Machine]++
+	st.resources.Ascend(func(r *record) bool {
+		st.indexResource(r)
 		return true
 	})
 	leases := st.leases

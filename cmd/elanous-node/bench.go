@@ -123,6 +123,9 @@ type benchSpec struct {
 	tls         clientTLS // a CA (and certificate) for an HTTPS cluster
 }
 
+// benchSetupTimeout bounds the clients' setup before the measured loop.
+const benchSetupTimeout = 30 * time.Second
+
 func runBench(ctx context.Context, progress io.Writer, spec benchSpec) (benchResult, error) {
 	transport := &http.Transport{MaxIdleConnsPerHost: 64}
 	if spec.tls.ca != nil {
@@ -139,9 +142,16 @@ func runBench(ctx context.Context, progress io.Writer, spec benchSpec) (benchRes
 	var mu sync.Mutex
 	var lat []time.Duration
 	errCount := 0
-	ctx, cancel := context.WithTimeout(ctx, spec.duration)
+	// Every client sets up (a lease to renew, a resource to heartbeat)
+	// before the clock starts: the duration is the measured loop's alone.
+	setupCtx, cancelSetup := context.WithTimeout(ctx, benchSetupTimeout)
+	defer cancelSetup()
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	start := time.Now()
+	var ready sync.WaitGroup
+	ready.Add(spec.concurrency)
+	started := make(chan struct{})
+	var start time.Time
 	var wg sync.WaitGroup
 	var setupErr error
 	for w := 0; w < spec.concurrency; w++ {
@@ -154,6 +164,7 @@ func runBench(ctx context.Context, progress io.Writer, spec benchSpec) (benchRes
 			if err == nil {
 				step, cleanup, err = benchStep(client, spec.op, w)
 			}
+			ready.Done()
 			if err != nil {
 				mu.Lock()
 				setupErr = err
@@ -162,6 +173,11 @@ func runBench(ctx context.Context, progress io.Writer, spec benchSpec) (benchRes
 				return
 			}
 			defer cleanup()
+			select {
+			case <-started:
+			case <-ctx.Done():
+				return
+			}
 			for ctx.Err() == nil {
 				t0 := time.Now()
 				err := step()
@@ -176,6 +192,13 @@ func runBench(ctx context.Context, progress io.Writer, spec benchSpec) (benchRes
 			}
 		}(w)
 	}
+	ready.Wait()
+	if setupCtx.Err() != nil {
+		cancel()
+	}
+	start = time.Now()
+	time.AfterFunc(spec.duration, cancel)
+	close(started)
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	tick := time.NewTicker(time.Second)

@@ -58,6 +58,35 @@ func (c *e2eCluster) waitConverged(index uint64, timeout time.Duration) wire.Clu
 	return first
 }
 
+// waitSettled waits until a new cluster's leader has appended the entries it
+// appends by itself: every node at this build's format level, with every
+// node in the candidate directory. After it, only the test's writes move the
+// state.
+func (c *e2eCluster) waitSettled(timeout time.Duration) {
+	c.t.Helper()
+	testutil.Poll(c.t, "every node at the newest format with the whole directory", timeout, func() error {
+		for _, nd := range c.running() {
+			st, err := c.getStatus(nd)
+			if err != nil {
+				return err
+			}
+			if st.Format != fsm.MaxFormat {
+				return fmt.Errorf("%s at format %d", nd.id, st.Format)
+			}
+			peers, err := c.peersOf(nd)
+			if err != nil {
+				return err
+			}
+			for _, p := range peers {
+				if p.AddedAt == 0 {
+					return fmt.Errorf("%s: %s is not in the candidate directory yet", nd.id, p.Machine)
+				}
+			}
+		}
+		return nil
+	})
+}
+
 // snapshotDocument reads a snapshot file and returns its header and document.
 func snapshotDocument(t *testing.T, path string) (wire.SnapshotHeader, []byte) {
 	t.Helper()
@@ -154,6 +183,7 @@ func TestE2E_SnapshotSaveWipeRestore(t *testing.T) {
 	}
 	corrupt := bytes.Clone(raw)
 	corrupt[len(corrupt)-20] ^= 0x20
+	c.waitSettled(10 * time.Second)
 	before := c.waitConverged(0, 10*time.Second)
 	for name, data := range map[string][]byte{"corrupt": corrupt, "truncated": raw[:len(raw)*2/3]} {
 		bad := filepath.Join(t.TempDir(), name+".snap")

@@ -344,9 +344,9 @@ func TestE2E_ReleaseDataDirServed(t *testing.T) {
 	// The release's machine token and cluster tokens write.
 	testutil.Expect(t, e2eCall(http.MethodPost, nd.url+"/v1/resources/"+member.EscapeID("machine:"+exp.TokenMachine)+"/heartbeat", exp.MachineToken, nil), 200)
 	testutil.Expect(t, e2eCall(http.MethodPost, nd.url+"/v1/resources/register", c.tokens.Member, registerBody("machine:after-upgrade", "after-upgrade")), 200)
-	testutil.Poll(t, "format 2 on the upgraded one-node cluster", 20*time.Second, func() error {
+	testutil.Poll(t, fmt.Sprintf("format %d on the upgraded one-node cluster", fsm.MaxFormat), 20*time.Second, func() error {
 		st, err := c.getStatus(nd)
-		if err == nil && st.Format != 2 {
+		if err == nil && st.Format != fsm.MaxFormat {
 			err = fmt.Errorf("format %d", st.Format)
 		}
 		return err
@@ -355,7 +355,7 @@ func TestE2E_ReleaseDataDirServed(t *testing.T) {
 	nd.proc.stop(t, 10*time.Second)
 	c.start(nd)
 	c.waitPrimary(nil, p.Generation, 20*time.Second)
-	check("after a restart at format 2", before)
+	check("after a restart at the newest format", before)
 	c.checkLogs(nd.proc)
 }
 
@@ -464,19 +464,19 @@ func TestE2E_MixedVersionUpgrade(t *testing.T) {
 			upgrade(nd)
 		}
 	}
-	testutil.Poll(t, "format 2 on every node once all run this build", 30*time.Second, func() error {
+	testutil.Poll(t, fmt.Sprintf("format %d on every node once all run this build", fsm.MaxFormat), 30*time.Second, func() error {
 		for _, nd := range c.nodes {
 			st, err := c.getStatus(nd)
 			if err != nil {
 				return err
 			}
-			if st.Format != 2 {
+			if st.Format != fsm.MaxFormat {
 				return fmt.Errorf("%s at format %d", nd.id, st.Format)
 			}
 		}
 		return nil
 	})
-	progress("at format 2")
+	progress(fmt.Sprintf("at format %d", fsm.MaxFormat))
 	for i, w := range writers {
 		w.halt()
 		w.rc.mu.Lock()

@@ -29,10 +29,6 @@ const (
 // benchID is client i's resource.
 func benchID(i int) string { return fmt.Sprintf("instance:bench/%d", i) }
 
-// fillID and fillMachine name fill record i: ten instances per machine.
-func fillID(i int) string      { return fmt.Sprintf("instance:%s/%d", fillMachine(i), i%10) }
-func fillMachine(i int) string { return fmt.Sprintf("fill-%d", i/10) }
-
 // registerBody is the JSON of a register request; etcd rows put the same
 // bytes as their value, so both sides carry the same payload.
 func registerBody(id, machine string, ttlMs int64) []byte {
@@ -52,6 +48,7 @@ type elanousSystem struct {
 	procs             *procs
 	nodes             []*elanousNode
 	token             string // the member token
+	adminToken        string // the admin token (snapshot saves)
 	queryToken        string // the query token (blocking watches, as a member's resolver sends)
 	env, passed       []string
 	status            *http.Client
@@ -198,7 +195,7 @@ func (s *elanousSystem) initTokens(ctx context.Context) error {
 	if !wire.ValidToken(t.Member) {
 		return errors.New("tokens file has no well-formed member token")
 	}
-	s.token, s.queryToken = t.Member, t.Query
+	s.token, s.queryToken, s.adminToken = t.Member, t.Query, t.Admin
 	return nil
 }
 
@@ -376,7 +373,12 @@ func (c *elClient) register(ctx context.Context, body []byte) error {
 }
 
 func (c *elClient) heartbeat(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodPost, "/v1/resources/"+url.PathEscape(id)+"/heartbeat", []byte("{}"), nil, http.StatusOK, nil)
+	return c.heartbeatWith(ctx, id, []byte("{}"))
+}
+
+// heartbeatWith heartbeats id with body (a heartbeat request).
+func (c *elClient) heartbeatWith(ctx context.Context, id string, body []byte) error {
+	return c.do(ctx, http.MethodPost, "/v1/resources/"+url.PathEscape(id)+"/heartbeat", body, nil, http.StatusOK, nil)
 }
 
 // lockStep alternates a port lease acquire with its release. Each client
@@ -424,11 +426,11 @@ func closeIdle(cs []*elClient) {
 	}
 }
 
-func (s *elanousSystem) Fill(ctx context.Context, n, clients int, progress func(int)) error {
+func (s *elanousSystem) Fill(ctx context.Context, shape fillShape, n, clients int, progress func(int)) error {
 	cs := s.clients(clients, -1, requestTimeout)
 	defer closeIdle(cs)
 	return runParallel(ctx, n, clients, func(ctx context.Context, w, i int) error {
-		body := registerBody(fillID(i), fillMachine(i), fillTTLMs)
+		body := shape.register(i)
 		return retry(ctx, 3, func(ctx context.Context) error { return cs[w].register(ctx, body) })
 	}, progress)
 }

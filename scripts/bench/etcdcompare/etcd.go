@@ -337,14 +337,14 @@ func (s *etcdSystem) Leader(ctx context.Context) (int, error) {
 	return 0, errors.New("no member names a leader")
 }
 
-func (s *etcdSystem) Fill(ctx context.Context, n, clients int, progress func(int)) error {
+func (s *etcdSystem) Fill(ctx context.Context, shape fillShape, n, clients int, progress func(int)) error {
 	cs, err := s.clients(clients, -1)
 	if err != nil {
 		return err
 	}
 	defer closeAll(cs)
 	return runParallel(ctx, n, clients, func(ctx context.Context, w, i int) error {
-		val := string(registerBody(fillID(i), fillMachine(i), fillTTLMs))
+		val := string(shape.register(i))
 		return retry(ctx, 3, func(ctx context.Context) error {
 			_, err := cs[w].Put(ctx, fmt.Sprintf("fill/%d", i), val)
 			return err

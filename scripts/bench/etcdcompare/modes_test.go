@@ -37,6 +37,9 @@ func TestParseOptions_Modes(t *testing.T) {
 		{"no open clients", []string{"--calm", "1m", "--open-clients", "0"}, true, nil},
 		{"zero sample interval", []string{"--soak", "1m", "--sample-every", "0s"}, true, nil},
 		{"negative leases", []string{"--fill", "10", "--leases", "-1"}, true, nil},
+		{"machine fill shape", []string{"--fill", "10", "--fill-shape", "machine", "--backups", "2"}, false, all},
+		{"unknown fill shape", []string{"--fill", "10", "--fill-shape", "vm"}, true, nil},
+		{"negative backups", []string{"--fill", "10", "--backups", "-1"}, true, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -50,10 +50,14 @@ type options struct {
 	only     string
 	ops      []string
 	fill     int
-	json     bool
-	repo     string
-	etcd34   string
-	workDir  string
+	// fillShape is what the fill's records look like (--fill-shape).
+	fillShape fillShape
+	// backups is how many snapshot saves the scale phase takes (--backups).
+	backups int
+	json    bool
+	repo    string
+	etcd34  string
+	workDir string
 
 	// The elanous-only measurements (see usageText).
 	scale             bool
@@ -104,9 +108,12 @@ order):
              fill) and at N; RSS per node with N resources and --leases port
              leases held; an open loop of --rate heartbeats/s for
              --rate-duration over the N resources (achieved rate, p50, p99);
+             --backups snapshot saves from the leader (time and size);
              the snapshots taken with N resources (from raft's log lines,
              waiting up to --snapshot-wait for one on every node); and how long
-             a follower takes to serve /v1/ready after SIGTERM and a restart
+             a follower takes to serve /v1/ready after SIGTERM and a restart.
+             --fill-shape machine fills with a seed member's machine records
+             (duties and load attrs) and publishes a new load on each beat
   --watches N  N members each hold a blocking GET /v1/primary?index=<current>
              &wait=5m on every candidate (N per candidate, --watches-per-address
              from each loopback source address 127.1.x.y; one holder process
@@ -157,6 +164,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.repo, "repo", "", "the elanous-node working tree to build (default: found from the current directory)")
 	fs.StringVar(&o.etcd34, "etcd34", "/usr/bin/etcd", "the etcd 3.4 binary (Debian's etcd-server is installed when it is missing)")
 	fs.StringVar(&o.workDir, "work-dir", "", "parent of the run's temporary directory (default: the system temp dir)")
+	fs.StringVar((*string)(&o.fillShape), "fill-shape", shapeInstance, "what the fill registers: instance (ten instances a machine, no attrs) or machine (one machine record each with a seed member's duties and load attrs, about 150 bytes; the scale phase's open loop then publishes a new load on every heartbeat)")
+	fs.IntVar(&o.backups, "backups", 0, "scale phase: after the open loop, take this many snapshot saves (GET /v1/snapshot, admin) from the leader while the footprint is sampled")
 	fs.BoolVar(&o.scale, "scale", true, "with --fill, run the scale phase on elanous")
 	fs.IntVar(&o.leases, "leases", 50, "scale phase: port leases held, one machine each")
 	fs.Float64Var(&o.rate, "rate", 3400, "scale phase: heartbeats/s offered by the open loop")
@@ -192,6 +201,12 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.fill < 0 {
 		errs = append(errs, errors.New("--fill must not be negative"))
+	}
+	if !o.fillShape.valid() {
+		errs = append(errs, fmt.Errorf("--fill-shape %q: want %s or %s", o.fillShape, shapeInstance, shapeMachine))
+	}
+	if o.backups < 0 {
+		errs = append(errs, errors.New("--backups must not be negative"))
 	}
 	switch o.only {
 	case "", "elanous", "etcd":
@@ -304,7 +319,7 @@ type system interface {
 	// Stop kills every process of the cluster.
 	Stop()
 	// Fill writes n records with concurrency clients.
-	Fill(ctx context.Context, n, clients int, progress func(done int)) error
+	Fill(ctx context.Context, shape fillShape, n, clients int, progress func(done int)) error
 	// Workers prepares the clients of a throughput row: each step is one
 	// write or keepalive. single puts one client on the leader.
 	Workers(ctx context.Context, row string, clients int) ([]step, func(), error)
@@ -534,7 +549,7 @@ func measureSystem(ctx context.Context, s system, o options, rep *report, pr *pr
 		pr.logf("%s: filling %d records with %d clients", s.Name(), o.fill, o.clients)
 		t0 := time.Now()
 		last := time.Now()
-		err := s.Fill(ctx, o.fill, o.clients, func(done int) {
+		err := s.Fill(ctx, o.fillShape, o.fill, o.clients, func(done int) {
 			if time.Since(last) >= time.Second {
 				last = time.Now()
 				pr.logf("%s: fill %d/%d (%.0f/s)", s.Name(), done, o.fill, float64(done)/time.Since(t0).Seconds())

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -47,6 +48,8 @@ type scaleReport struct {
 	LastSnapshotIndex   map[string]uint64 `json:"lastSnapshotIndex"`
 	// Peaks is each node's footprint over the phase up to the restart.
 	Peaks []nodePeak `json:"peaks"`
+	// Backups are the snapshot saves taken after the open loop (--backups).
+	Backups []backupSpan `json:"backups,omitempty"`
 	// Restart is the follower restart.
 	Restart *restartReport `json:"restart,omitempty"`
 }
@@ -67,6 +70,43 @@ type restartReport struct {
 	LastSnapshotIndex uint64 `json:"lastSnapshotIndex"`
 	// RSSBytes is the restarted process's RSS once ready.
 	RSSBytes int64 `json:"rssBytes"`
+}
+
+// backupSpan is one snapshot save (GET /v1/snapshot) read to its end.
+type backupSpan struct {
+	Node       string  `json:"node"`
+	Bytes      int64   `json:"bytes"`
+	DurationMs float64 `json:"durationMs"`
+}
+
+// backup takes a snapshot save from the leader with the admin token and reads
+// it to the end, as `elanous-node snapshot save` does (without the file).
+func (s *elanousSystem) backup(ctx context.Context) (backupSpan, error) {
+	l, err := s.Leader(ctx)
+	if err != nil {
+		return backupSpan{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.nodes[l].url+"/v1/snapshot", nil)
+	if err != nil {
+		return backupSpan{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.adminToken)
+	t0 := time.Now()
+	resp, err := newHTTPClient().Do(req)
+	if err != nil {
+		return backupSpan{}, err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err != nil {
+		return backupSpan{}, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return backupSpan{}, fmt.Errorf("GET /v1/snapshot on %s: %s", s.nodes[l].name, resp.Status)
+	}
+	return backupSpan{Node: s.nodes[l].name, Bytes: n, DurationMs: ms(time.Since(t0))}, nil
 }
 
 // sample reads every node's pid, RSS and raft.db size.
@@ -128,17 +168,22 @@ func (s *elanousSystem) holdLeases(ctx context.Context, n int) (release func(con
 }
 
 // openHeartbeats runs an open loop of heartbeats at rate for d over clients
-// connections (client i on node i%3); request k heartbeats resource id(k).
-func (s *elanousSystem) openHeartbeats(ctx context.Context, rate float64, d time.Duration, clients int, id func(k int) string, label string, pr *printer) (*stats, error) {
+// connections (client i on node i%3); request k heartbeats resource id with
+// body, as beat(k) gives them.
+func (s *elanousSystem) openHeartbeats(ctx context.Context, rate float64, d time.Duration, clients int, beat func(k int) (id string, body []byte), label string, pr *printer) (*stats, error) {
 	cs := s.clients(clients, -1, requestTimeout)
 	defer closeIdle(cs)
 	var workers []openStep
 	for i, c := range cs {
 		// Warm-up: open every connection before the clock starts.
-		if err := retry(ctx, 3, func(ctx context.Context) error { return c.heartbeat(ctx, id(i)) }); err != nil {
+		do := func(ctx context.Context, k int) error {
+			id, body := beat(k)
+			return c.heartbeatWith(ctx, id, body)
+		}
+		if err := retry(ctx, 3, func(ctx context.Context) error { return do(ctx, i) }); err != nil {
 			return nil, fmt.Errorf("warm-up of client %d: %w", i, err)
 		}
-		workers = append(workers, func(ctx context.Context, k int) error { return c.heartbeat(ctx, id(k)) })
+		workers = append(workers, do)
 	}
 	every := progressEvery(d)
 	var last time.Duration
@@ -298,9 +343,20 @@ func runScale(ctx context.Context, s *elanousSystem, o options, empty *stats, fi
 	}
 
 	pr.logf("elanous: scale: open loop of %s heartbeats/s for %s over the %d resources, %d connections", thousands(o.rate), o.rateDuration, o.fill, o.openClients)
-	rep.Open, err = s.openHeartbeats(ctx, o.rate, o.rateDuration, o.openClients, func(k int) string { return fillID(k % o.fill) }, "scale: open loop", pr)
+	rep.Open, err = s.openHeartbeats(ctx, o.rate, o.rateDuration, o.openClients, func(k int) (string, []byte) {
+		return o.fillShape.id(k % o.fill), o.fillShape.heartbeat(k%o.fill, k)
+	}, "scale: open loop", pr)
 	if err != nil {
 		return nil, err
+	}
+
+	for i := range o.backups {
+		b, err := s.backup(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot save %d: %w", i+1, err)
+		}
+		rep.Backups = append(rep.Backups, b)
+		pr.logf("elanous: scale: snapshot save %d from %s: %s in %.0f ms", i+1, b.Node, mib(b.Bytes), b.DurationMs)
 	}
 
 	waitStart := time.Now()

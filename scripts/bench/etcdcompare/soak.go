@@ -262,7 +262,7 @@ func runCalm(ctx context.Context, s *elanousSystem, o options, peak float64, pr 
 	pr.logf("elanous: calm: open loop of %s heartbeats/s (%.0f%% of %s/s, %s) for %s over %d resources, %d connections",
 		thousands(rate), rep.Fraction*100, thousands(rep.PeakPerSec), rep.PeakFrom, o.calm, o.clients, o.openClients)
 	smp := startSampler(ctx, o.sampleEvery, s.sample)
-	rep.Load, err = s.openHeartbeats(ctx, rate, o.calm, o.openClients, func(k int) string { return benchID(k % o.clients) }, "calm", pr)
+	rep.Load, err = s.openHeartbeats(ctx, rate, o.calm, o.openClients, func(k int) (string, []byte) { return benchID(k % o.clients), []byte("{}") }, "calm", pr)
 	rep.Peaks = smp.stop()
 	if err != nil {
 		return nil, err
