@@ -238,6 +238,8 @@ func TestServer_AuthorizationMatrix(t *testing.T) {
 			}},
 		{name: "GET /v1/tokens/member", want: [numKinds]int{401, 401, 401, 403, 403, 403, 403, 200},
 			build: get("/v1/tokens/member")},
+		{name: "GET /v1/cluster/timeline", want: [numKinds]int{401, 401, 401, 200, 200, 200, 200, 200},
+			build: get("/v1/cluster/timeline")},
 		{name: "GET /v1/cluster/status", want: [numKinds]int{401, 401, 401, 200, 200, 200, 200, 200},
 			build: get("/v1/cluster/status")},
 		{name: "GET /v1/cluster/overview", want: [numKinds]int{401, 401, 401, 200, 200, 200, 200, 200},

@@ -165,8 +165,8 @@ func (s *Server) wireEvent(e fsm.Event) (string, any) {
 	switch e.Topic {
 	case fsm.TopicResources:
 		d := wire.EventResourceData{Index: e.Index, Time: e.Time, Op: e.Op, ID: e.ID, Reason: e.Reason}
-		if e.Resource != nil {
-			r := wireResource(*e.Resource)
+		if rec, ok := e.Resource(); ok {
+			r := wireResource(rec)
 			d.Resource = &r
 		}
 		return wire.EventResource, d

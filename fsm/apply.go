@@ -247,9 +247,8 @@ func (a *applier) register(c RegisterResource) any {
 	}, attrs)
 	a.st.putResource(r)
 	a.touched[TableResources] = true
-	res := r.resource()
-	a.emitResource(&res)
-	return res
+	a.emitResource(r)
+	return r.resource()
 }
 
 // checkMachineID enforces (format 2) that a machine's record is the one id
@@ -326,9 +325,8 @@ func (a *applier) heartbeat(c HeartbeatResource) any {
 	r.revision = a.index
 	a.st.putResource(r)
 	a.touched[TableResources] = true
-	res := r.resource()
-	a.emitResource(&res)
-	return res
+	a.emitResource(r)
+	return r.resource()
 }
 
 func (a *applier) deleteResource(c DeleteResource) any {

@@ -48,7 +48,7 @@ type Event struct {
 	Reason string
 
 	ID        string         // resources
-	Resource  *Resource      // resources, put
+	rec       *record        // resources, put: see Resource
 	Port      int            // leases
 	Lease     *PortLease     // leases, put
 	Machine   string         // tokens, candidates
@@ -228,8 +228,19 @@ func (a *applier) emit(e Event) {
 	a.events = append(a.events, e)
 }
 
-func (a *applier) emitResource(r *Resource) {
-	a.emit(Event{Topic: TopicResources, Op: OpPut, ID: r.ID, Resource: r})
+// emitResource records a resource's put; the event holds the stored record,
+// which is immutable, and converts it only when a stream reads it.
+func (a *applier) emitResource(r *record) {
+	a.emit(Event{Topic: TopicResources, Op: OpPut, ID: r.id(), rec: r})
+}
+
+// Resource returns the record a resources put carries, as it was after the
+// change (false for any other event).
+func (e Event) Resource() (Resource, bool) {
+	if e.rec == nil {
+		return Resource{}, false
+	}
+	return e.rec.resource(), true
 }
 
 func (a *applier) emitLease(l PortLease) {
