@@ -108,6 +108,3 @@ func Stamp(cmd Command, now int64) Command {
 	}
 	return sp.stamp(cmd, now)
 }
-
-// TypeName returns the registered name of type t, or "" when t is unknown.
-func TypeName(t CommandType) string { return commandTable[t].name }
