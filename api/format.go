@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -33,23 +34,34 @@ type health struct {
 	LastLogIndex *uint64 `json:"lastLogIndex,omitempty"`
 }
 
-// probeFormat asks candidate c's /v1/health which format level its build
-// knows, over the forwarding client. It is the cluster's FormatProbe.
-func (s *Server) probeFormat(ctx context.Context, c cluster.Candidate) (int, error) {
+// fetchHealth GETs candidate c's /v1/health over the forwarding client and
+// decodes it: the one probe behind the cluster's FormatProbe (probeFormat)
+// and HealthProbe (probeHealth).
+func (s *Server) fetchHealth(ctx context.Context, c cluster.Candidate) (health, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(c.URL, "/")+"/v1/health", nil)
 	if err != nil {
-		return 0, err
+		return health{}, err
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("ask %s for its format level: %w", c.Machine, err)
+		return health{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("ask %s for its format level: %s", c.Machine, resp.Status)
+		return health{}, errors.New(resp.Status)
 	}
 	var h health
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&h); err != nil {
+		return health{}, err
+	}
+	return h, nil
+}
+
+// probeFormat asks candidate c's /v1/health which format level its build
+// knows. It is the cluster's FormatProbe.
+func (s *Server) probeFormat(ctx context.Context, c cluster.Candidate) (int, error) {
+	h, err := s.fetchHealth(ctx, c)
+	if err != nil {
 		return 0, fmt.Errorf("ask %s for its format level: %w", c.Machine, err)
 	}
 	if h.FormatLevel < 1 {

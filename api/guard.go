@@ -421,8 +421,9 @@ func (c *countedConn) Close() error {
 // peerRefresh is how often the peer set resolves the candidates' host names again.
 const peerRefresh = 30 * time.Second
 
-// peerSet is the set of the candidates' IP addresses (from their API URLs
-// and Raft addresses, the configured ones and the replicated directory).
+// peerSet is the set of the candidates' IP addresses: the hosts of their
+// API URLs and Raft addresses as cluster.Node.Candidates lists them
+// (ARCHITECTURE.md §9).
 // Names are resolved in the background, at most every peerRefresh; IP
 // literals count at once.
 type peerSet struct {
@@ -471,9 +472,6 @@ func (p *peerSet) hosts() []string {
 		}
 	}
 	for _, c := range p.node.Candidates() {
-		add(c.URL, c.Raft)
-	}
-	for _, c := range p.node.FSM().Candidates() {
 		add(c.URL, c.Raft)
 	}
 	return out

@@ -28,7 +28,7 @@ type registries []*prometheus.Registry
 
 // metric returns the value of the counter or gauge name with the given label
 // pairs (name, value, …) in node i's registry, 0 when it has no such series.
-func (r registries) metric(t *testing.T, i int, name string, labels ...string) float64 {
+func (r registries) metric(t testing.TB, i int, name string, labels ...string) float64 {
 	t.Helper()
 	families, err := r[i].Gather()
 	if err != nil {

@@ -2,10 +2,8 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -200,23 +198,11 @@ func (s *Server) changeMembers(c echo.Context, op func(context.Context) (cluster
 }
 
 // probeHealth asks candidate c's /v1/health how far it has applied the log
-// and when it last heard from a leader, over the forwarding client. It is
-// the cluster's HealthProbe.
+// and when it last heard from a leader (fetchHealth). It is the cluster's
+// HealthProbe.
 func (s *Server) probeHealth(ctx context.Context, c cluster.Candidate) (cluster.ServerHealth, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(c.URL, "/")+"/v1/health", nil)
+	h, err := s.fetchHealth(ctx, c)
 	if err != nil {
-		return cluster.ServerHealth{}, err
-	}
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return cluster.ServerHealth{}, fmt.Errorf("probe %s: %w", c.Machine, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return cluster.ServerHealth{}, fmt.Errorf("probe %s: %s", c.Machine, resp.Status)
-	}
-	var h health
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&h); err != nil {
 		return cluster.ServerHealth{}, fmt.Errorf("probe %s: %w", c.Machine, err)
 	}
 	if h.Machine != c.Machine {

@@ -66,21 +66,16 @@ type barrierAnnouncer struct {
 	sent      uint64 // barriers appended; guarded by mu
 }
 
-// Announcements returns how many barriers AnnounceCommit appended (the
-// fallback when a follower could not be told directly).
-func (n *Node) Announcements() uint64 {
-	b := &n.announce.barrier
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.sent
-}
-
-// DirectAnnouncements returns how many commit announcements AnnounceCommit
-// sent to a follower (and the follower accepted).
-func (n *Node) DirectAnnouncements() uint64 {
-	n.announce.mu.Lock()
-	defer n.announce.mu.Unlock()
-	return n.announce.direct
+// counts returns the commit announcements made so far: told to a follower
+// directly (and accepted), and barriers appended as the fallback
+// (elanous_commit_announcements_total of the node's Collector).
+func (a *announcer) counts() (direct, barriers uint64) {
+	a.mu.Lock()
+	direct = a.direct
+	a.mu.Unlock()
+	a.barrier.mu.Lock()
+	defer a.barrier.mu.Unlock()
+	return direct, a.barrier.sent
 }
 
 // AnnounceCommit makes follower to (every follower when to is empty or not a

@@ -68,4 +68,15 @@ func TestAnnounceCommit_FallsBackToABarrier(t *testing.T) {
 	if got := leader.DirectAnnouncements(); got != told {
 		t.Errorf("direct announcements = %d, want %d (the follower is unreachable)", got, told)
 	}
+	want := map[string]uint64{"barrier": leader.Announcements(), "direct": leader.DirectAnnouncements()}
+	for _, m := range gather(t, leader.Collector())["elanous_commit_announcements_total"].GetMetric() {
+		via := m.GetLabel()[0].GetValue()
+		if got := m.GetCounter().GetValue(); got != float64(want[via]) {
+			t.Errorf("elanous_commit_announcements_total{via=%q} = %v, want %d", via, got, want[via])
+		}
+		delete(want, via)
+	}
+	if len(want) != 0 {
+		t.Errorf("elanous_commit_announcements_total lacks the series %v", want)
+	}
 }

@@ -242,7 +242,9 @@ func (n *Node) notLeader() error {
 	return ErrNoLeader
 }
 
-// batchStats counts batches for metrics.
+// batchStats counts the batch entries this node proposed and the commands
+// they carried: elanous_batches_total and elanous_batched_commands_total of
+// the node's Collector.
 type batchStats struct {
 	mu       sync.Mutex
 	batches  uint64
@@ -256,10 +258,9 @@ func (s *batchStats) observe(size int) {
 	s.mu.Unlock()
 }
 
-// BatchStats returns how many batch entries this node proposed and how many
-// commands they carried.
-func (n *Node) BatchStats() (batches, commands uint64) {
-	n.batches.mu.Lock()
-	defer n.batches.mu.Unlock()
-	return n.batches.batches, n.batches.commands
+// read returns the batches and commands counted so far.
+func (s *batchStats) read() (batches, commands uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.batches, s.commands
 }

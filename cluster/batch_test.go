@@ -105,6 +105,12 @@ func TestNode_GroupCommit(t *testing.T) {
 		t.Errorf("BatchStats() = %d batches of %d commands, want several commands per batch", batches, commands)
 	}
 	t.Logf("%d batches carried %d commands", batches, commands)
+	mfs := gather(t, leader.Collector())
+	for name, want := range map[string]uint64{"elanous_batches_total": batches, "elanous_batched_commands_total": commands} {
+		if got := mfs[name].GetMetric()[0].GetCounter().GetValue(); got != float64(want) {
+			t.Errorf("leader %s = %v, want %d", name, got, want)
+		}
+	}
 	// Every replica applied the same batches.
 	testutil.WaitFor(t, "equal state hashes", 10*time.Second, func() bool {
 		i0, h0 := tc.nodes[0].FSM().AppliedHash()

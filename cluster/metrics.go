@@ -59,12 +59,22 @@ var (
 	descConfirmRounds = prometheus.NewDesc("elanous_confirm_rounds_total",
 		"Confirmation rounds this node ran, shared by every renewal and consistent read waiting on one: side leader (a quorum's confirmation) or follower (a request to the leader).",
 		[]string{"side"}, nil)
+	descBatches = prometheus.NewDesc("elanous_batches_total",
+		"Batch entries this node proposed as leader (group commit: concurrent writes that left as one entry).", nil, nil)
+	descBatchedCommands = prometheus.NewDesc("elanous_batched_commands_total",
+		"Commands carried by the batch entries of elanous_batches_total.", nil, nil)
+	descAnnouncements = prometheus.NewDesc("elanous_commit_announcements_total",
+		"Commit index announcements this node made as leader so a follower applies a forwarded write sooner, by how: direct (told to the follower, which accepted) or barrier (a barrier entry appended, the fallback).",
+		[]string{"via"}, nil)
 )
 
 // Collector returns the node's own Prometheus figures:
 // elanous_propose_duration_seconds (histogram), elanous_propose_failures_total,
 // elanous_raft_last_contact_seconds, elanous_sweep_overdue_seconds,
-// elanous_raft_voters and elanous_raft_voter. A figure that does not apply
+// elanous_raft_voters, elanous_raft_voter, elanous_renewals_total,
+// elanous_confirm_rounds_total, elanous_batches_total,
+// elanous_batched_commands_total and elanous_commit_announcements_total.
+// A figure that does not apply
 // to this node now (last contact on the leader, sweep lateness on a
 // follower) is absent, never a sentinel value. Register it on one registry
 // per node; raft's own metrics come from RaftMetrics.
@@ -85,6 +95,9 @@ func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descVoter
 	ch <- descRenewals
 	ch <- descConfirmRounds
+	ch <- descBatches
+	ch <- descBatchedCommands
+	ch <- descAnnouncements
 }
 
 // Collect sends the figures that apply now.
@@ -116,6 +129,12 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descConfirmRounds, prometheus.CounterValue, float64(n.renewals.leaderRounds.Load()), "leader")
 	ch <- prometheus.MustNewConstMetric(descConfirmRounds, prometheus.CounterValue, float64(n.renewals.followerRounds.Load()), "follower")
+	batches, commands := n.batches.read()
+	ch <- prometheus.MustNewConstMetric(descBatches, prometheus.CounterValue, float64(batches))
+	ch <- prometheus.MustNewConstMetric(descBatchedCommands, prometheus.CounterValue, float64(commands))
+	direct, barriers := n.announce.counts()
+	ch <- prometheus.MustNewConstMetric(descAnnouncements, prometheus.CounterValue, float64(direct), "direct")
+	ch <- prometheus.MustNewConstMetric(descAnnouncements, prometheus.CounterValue, float64(barriers), "barrier")
 }
 
 // sweepOverdue reports, on a leader whose claim is applied, how long the

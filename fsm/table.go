@@ -34,10 +34,12 @@ type commandSpec struct {
 type batching bool
 
 const (
-	// batched: the command may travel in a Batch with others (ARCHITECTURE.md,
-	// "The write path", group commit). An acquire is one of them, at most one
-	// per batch (its fence is the entry's index); the leader sends acquires
-	// alone all the same.
+	// batched: a replica applies the command inside a Batch (ARCHITECTURE.md
+	// §2, group commit). The marker says what Apply accepts, not what a
+	// leader proposes: an acquire is batched, at most one per batch (its
+	// fence is the entry's index; NewBatch and Apply enforce it), and
+	// cluster.Node.Propose sends every acquire as an entry of its own. The
+	// marker stays: it is part of the released format.
 	batched batching = true
 	// alone: a Batch never holds the command. Claims and sweeps drive the
 	// time model, a batch wraps the others, and format, directory and limits
@@ -108,6 +110,3 @@ func Stamp(cmd Command, now int64) Command {
 	}
 	return sp.stamp(cmd, now)
 }
-
-// TypeName returns the registered name of type t, or "" when t is unknown.
-func TypeName(t CommandType) string { return commandTable[t].name }

@@ -7,8 +7,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -18,8 +20,11 @@ import (
 	"time"
 
 	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/fsm"
 	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/elanous/elanous-node/member"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
 
 // TestE2E_ReplaceDeadMachine is the README's "Replace a dead candidate
@@ -238,9 +243,12 @@ func TestE2E_RecoverLostQuorum(t *testing.T) {
 	}
 	c.issueMachineToken(leader, "m1")
 
-	// Every node's (applied index, state hash) as they move; the cluster
-	// agrees on one right after each sweep. Kill two nodes just after an
-	// agreement that follows a change, so nothing is in flight.
+	// Every node's (applied index, state hash) as they move, until the three
+	// agree on a state that follows a change. The leader keeps proposing on
+	// its own (sweeps, format steps, directory entries), so an entry may
+	// still reach the survivor's log between this picture and the kill; the
+	// survivor's log itself, read once the node is stopped, is the complete
+	// picture recover is checked against.
 	seen := map[uint64]string{}
 	var agreed, first struct {
 		index uint64
@@ -282,7 +290,7 @@ func TestE2E_RecoverLostQuorum(t *testing.T) {
 		}
 		nd.proc.kill(t)
 	}
-	t.Logf("killed the two others at applied index %d; %s survives", agreed.index, survivor.id)
+	t.Logf("killed the two others after the agreement at applied index %d; %s survives", agreed.index, survivor.id)
 
 	// recover refuses a running node.
 	if _, _, err := e2eCommand(t, 20*time.Second, childEnv(), "recover", "--config", survivor.config, "--peers", survivor.id); err == nil ||
@@ -290,6 +298,23 @@ func TestE2E_RecoverLostQuorum(t *testing.T) {
 		t.Fatalf("recover on a running node: %v, want a refusal naming the lock", err)
 	}
 	survivor.proc.stop(t, 10*time.Second)
+
+	// The survivor's log, replayed entry by entry: it holds the state every
+	// node reported at each index it passes (the agreed one among them), and
+	// recover must end where the replay ends: every entry of the log is
+	// applied, committed or not (ARCHITECTURE.md §9).
+	logged, snapIndex, lastCommand := replayHashes(t, survivor.dataDir)
+	if agreed.index <= snapIndex {
+		t.Fatalf("the survivor's snapshot (index %d) covers the agreed index %d: the replay cannot check it", snapIndex, agreed.index)
+	}
+	if got := logged[agreed.index]; got != agreed.hash {
+		t.Errorf("the survivor's log at the agreed index %d gives state %q, want %s", agreed.index, got, agreed.hash)
+	}
+	for index, hash := range seen {
+		if got, ok := logged[index]; ok && got != hash {
+			t.Errorf("the survivor's log at index %d gives state %s, a node reported %s", index, got, hash)
+		}
+	}
 	started := time.Now()
 	out, stderr, err := e2eCommand(t, 30*time.Second, childEnv(), "recover", "--config", survivor.config, "--peers", survivor.id)
 	if err != nil {
@@ -301,8 +326,9 @@ func TestE2E_RecoverLostQuorum(t *testing.T) {
 		t.Fatalf("recover output has no applied index and hash:\n%s", out)
 	}
 	index, _ := strconv.ParseUint(m[1], 10, 64)
-	if want, ok := seen[index]; !ok || want != m[2] {
-		t.Errorf("recovered state %d/%s, want the state the cluster had at that index (%q; last agreed %d/%s)", index, m[2], want, agreed.index, agreed.hash)
+	if index != lastCommand || m[2] != logged[lastCommand] {
+		t.Errorf("recovered state %d/%s, want the survivor's log replayed to its last command %d/%s (agreed %d/%s)",
+			index, m[2], lastCommand, logged[lastCommand], agreed.index, agreed.hash)
 	}
 
 	// The survivor alone serves its data.
@@ -358,12 +384,19 @@ func TestE2E_RecoverLostQuorum(t *testing.T) {
 		t.Fatalf("voters = %v, want %v", got, wantVoters)
 	}
 	// They vote: without the survivor, node-4 and node-5 elect a leader,
-	// which has the data.
+	// which has the data. The survivor may have claimed again while the
+	// fresh nodes joined (a term of its own each time), and a claim it made
+	// may be applied after its death: the primary sought is the first held
+	// by a fresh node, above every generation seen before it.
 	survivor.proc.signal(t, syscall.SIGKILL)
 	if _, err := survivor.proc.wait(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
 	holderNode, claim2 := c.waitPrimary(nil, claim.Generation, 20*time.Second)
+	for holderNode == survivor {
+		t.Logf("%s's claim of generation %d is the applied one; waiting for the next", survivor.id, claim2.Generation)
+		holderNode, claim2 = c.waitPrimary(nil, claim2.Generation, 20*time.Second)
+	}
 	if holderNode != fresh[0] && holderNode != fresh[1] {
 		t.Fatalf("new primary %+v, want node-4 or node-5", claim2)
 	}
@@ -380,4 +413,58 @@ func procsOf(nodes []*e2eNode) []*proc {
 		out = append(out, nd.proc)
 	}
 	return out
+}
+
+// replayHashes opens the Raft store of the stopped node whose data directory
+// is dir, restores its latest snapshot if any, and applies every command of
+// the log after it to a fresh state machine, as recover does. It returns the
+// state hash after each command by index, the snapshot's index (0 without
+// one) and the index of the last command.
+func replayHashes(t *testing.T, dir string) (hashes map[uint64]string, snapIndex, lastCommand uint64) {
+	t.Helper()
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft", "raft.db")})
+	if err != nil {
+		t.Fatalf("open raft.db: %v", err)
+	}
+	defer store.Close()
+	snaps, err := raft.NewFileSnapshotStore(filepath.Join(dir, "raft"), 2, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := snaps.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fsm.New()
+	hashes = map[uint64]string{}
+	if len(list) > 0 {
+		meta, rc, err := snaps.Open(list[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Restore(rc); err != nil {
+			t.Fatalf("restore snapshot %s: %v", meta.ID, err)
+		}
+		snapIndex = meta.Index
+		lastCommand, hashes[snapIndex] = f.AppliedHash()
+	}
+	first, err := store.FirstIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := store.LastIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := max(snapIndex+1, first); i <= last && i > 0; i++ {
+		var l raft.Log
+		if err := store.GetLog(i, &l); err != nil {
+			t.Fatalf("log entry %d: %v", i, err)
+		}
+		if l.Type == raft.LogCommand {
+			f.Apply(&l)
+			lastCommand, hashes[i] = f.AppliedHash()
+		}
+	}
+	return hashes, snapIndex, lastCommand
 }
