@@ -164,9 +164,11 @@ func (f *FSM) EventsFrom(after uint64, resume bool) EventStart {
 		st.Cursor = EventCursor{seq: r.next, after: f.applied}
 		return st
 	}
-	held := int(r.next - r.first)
-	i := sort.Search(held, func(i int) bool { return r.at(r.first+uint64(i)).Index > after })
-	st.Cursor = EventCursor{seq: r.first + uint64(i), after: after}
+	// The ring holds at most its capacity (an int) of events, so the
+	// conversions below cannot overflow.
+	held := int(r.next - r.first)                                                             //nolint:gosec // G115: bounded by the ring's capacity
+	i := sort.Search(held, func(i int) bool { return r.at(r.first+uint64(i)).Index > after }) //nolint:gosec // G115: 0 ≤ i < held
+	st.Cursor = EventCursor{seq: r.first + uint64(i), after: after}                           //nolint:gosec // G115: 0 ≤ i ≤ held
 	return st
 }
 

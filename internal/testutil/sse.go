@@ -117,7 +117,7 @@ func (s *SSEStream) Next(d time.Duration) (SSEMessage, error) {
 	select {
 	case m, ok := <-s.msgs:
 		if !ok {
-			if s.err == io.EOF {
+			if errors.Is(s.err, io.EOF) {
 				return SSEMessage{}, ErrSSEEnded
 			}
 			return SSEMessage{}, fmt.Errorf("the event stream failed: %w", s.err)
