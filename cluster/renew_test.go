@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -231,6 +232,7 @@ func TestNode_RenewSharesRounds(t *testing.T) {
 	const callers, each = 16, 20
 	var wg sync.WaitGroup
 	errs := make(chan error, callers*each)
+	var forwarded atomic.Int64
 	for c := 0; c < callers; c++ {
 		wg.Add(1)
 		go func() {
@@ -239,10 +241,14 @@ func TestNode_RenewSharesRounds(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				r, err := follower.Renew(ctx, heartbeat("machine:m1"))
 				cancel()
-				if err == nil && r.Wrote {
-					err = errors.New("a covered renewal wrote")
-				}
-				if err != nil {
+				switch {
+				case errors.Is(err, ErrNotLeader):
+					// A round that could not confirm in time (a loaded
+					// machine): the caller forwards, which is always safe.
+					forwarded.Add(1)
+				case err == nil && r.Wrote:
+					errs <- errors.New("a covered renewal wrote")
+				case err != nil:
 					errs <- err
 				}
 			}
@@ -252,6 +258,9 @@ func TestNode_RenewSharesRounds(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatalf("concurrent follower renewal: %v", err)
+	}
+	if n := forwarded.Load(); n > callers*each/2 {
+		t.Errorf("%d of %d covered renewals were forwarded, want most answered by the follower", n, callers*each)
 	}
 	rounds := follower.renewals.followerRounds.Load() - startFollower
 	if rounds == 0 || rounds >= callers*each {
