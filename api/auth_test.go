@@ -217,6 +217,13 @@ func TestServer_AuthorizationMatrix(t *testing.T) {
 				l := e.lease(t, cl)
 				return testutil.Call{Method: http.MethodGet, URL: cl.url + "/v1/leases/port/" + strconv.Itoa(l.Port), Auth: cl.auth}
 			}},
+		{name: "POST /v1/fences/check", want: [numKinds]int{401, 401, 401, 200, 200, 403, 200, 200},
+			build: func(t *testing.T, e *authEnv, cl cell) testutil.Call {
+				l := e.lease(t, cl)
+				cc := fenceCall(cl.url, "", l.Port, l.Fence)
+				cc.Auth = cl.auth
+				return cc
+			}},
 		{name: "POST /v1/tokens/member", want: [numKinds]int{401, 401, 401, 403, 403, 403, 403, 201},
 			build: func(_ *testing.T, _ *authEnv, cl cell) testutil.Call {
 				cc := testutil.JSONCall(http.MethodPost, cl.url+"/v1/tokens/member", "", wire.IssueTokenRequest{Machine: fmt.Sprintf("issued-%d", cl.n)})
@@ -231,8 +238,12 @@ func TestServer_AuthorizationMatrix(t *testing.T) {
 			}},
 		{name: "GET /v1/tokens/member", want: [numKinds]int{401, 401, 401, 403, 403, 403, 403, 200},
 			build: get("/v1/tokens/member")},
+		{name: "GET /v1/cluster/timeline", want: [numKinds]int{401, 401, 401, 200, 200, 200, 200, 200},
+			build: get("/v1/cluster/timeline")},
 		{name: "GET /v1/cluster/status", want: [numKinds]int{401, 401, 401, 200, 200, 200, 200, 200},
 			build: get("/v1/cluster/status")},
+		{name: "GET /v1/cluster/overview", want: [numKinds]int{401, 401, 401, 200, 200, 200, 200, 200},
+			build: get("/v1/cluster/overview")},
 	}
 
 	unexpected2xx := 0

@@ -86,7 +86,8 @@ type fuzzCluster struct {
 // the route table, and bad variants of each. For every input:
 //
 //   - the server answers (no dropped connection, which a panic would cause)
-//     within the route's budget, except a blocking query, which may wait;
+//     within the route's budget, except a blocking query or an event
+//     stream, which may wait;
 //   - no 5xx, except a 503 no-leader, not-ready or outcome-unknown that
 //     does not repeat when the request is sent up to three times more once
 //     the cluster is ready: those are a loaded machine's missed budgets,
@@ -601,7 +602,8 @@ func (fc *fuzzCluster) build(in fuzzRequest) (*http.Request, bool, bool) {
 		!set(wire.HeaderIdempotencyKey, in.idemKey) || (in.header != "" && !set(in.header, in.value)) {
 		return nil, false, false
 	}
-	blocking := in.method == http.MethodGet && req.URL.Query().Has("index")
+	// An event stream that opens never ends: it is a wait as a blocking query's is.
+	blocking := in.method == http.MethodGet && (req.URL.Query().Has("index") || req.URL.Path == "/v1/events")
 	return req, blocking, true
 }
 

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/elanous/elanous-node/api/console"
 	"github.com/elanous/elanous-node/fsm"
 	"github.com/labstack/echo/v4"
 )
@@ -97,12 +98,17 @@ func (s *Server) routeTable(metricsAuth bool) []route {
 		withAudit("lease.release", write(del, "/v1/leases/port/:port", noContent(s.releaseLease), ScopeMember, fsm.TableLeases, leaseBudget)),
 		read(get, "/v1/leases/port", answer(http.StatusOK, s.listLeases), ScopeQuery),
 		read(get, "/v1/leases/port/:port", answer(http.StatusOK, s.getLease), ScopeQuery),
+		// A read, though a POST: it proposes nothing (checkFence).
+		read(post, "/v1/fences/check", s.checkFence, ScopeQuery),
 
 		withAudit("token.issue", write(post, "/v1/tokens/member", answer(http.StatusCreated, s.issueToken), ScopeAdmin, fsm.TableTokens, defaultBudget)),
 		withAudit("token.revoke", write(del, "/v1/tokens/member/:machine", noContent(s.revokeToken), ScopeAdmin, fsm.TableTokens, defaultBudget)),
 		read(get, "/v1/tokens/member", answer(http.StatusOK, s.listTokens), ScopeAdmin),
 
+		read(get, "/v1/events", s.streamEvents, ScopeQuery),
+		read(get, "/v1/cluster/timeline", answer(http.StatusOK, s.timeline), ScopeQuery),
 		read(get, "/v1/cluster/status", s.clusterStatus, ScopeQuery),
+		read(get, "/v1/cluster/overview", s.clusterOverview, ScopeQuery),
 		read(post, "/v1/cluster/confirm", answer(http.StatusOK, s.confirm), ScopeQuery),
 		read(get, "/v1/cluster/limits", answer(http.StatusOK, s.getLimits), ScopeQuery),
 		// Limits change no table: the forwarding node's apply wait polls.
@@ -137,6 +143,13 @@ func (s *Server) routes(metricsAuth bool) {
 			mw = append(mw, s.audited(rt.audit, rt.scope))
 		}
 		s.echo.Add(rt.method, rt.path, rt.handler, mw...)
+	}
+	// The web console takes no token: its pages carry no data, and read the
+	// API with the token the user gives them (api/console).
+	ui := echo.WrapHandler(console.New())
+	for _, p := range []string{"/ui", console.Prefix + "*"} {
+		s.metrics.routes[p] = true
+		s.echo.Any(p, ui)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -60,6 +61,12 @@ type Deps struct {
 	// instant between receiving an entry and applying it, too short for a
 	// test to hold; tests set it to hold one lagging. Production leaves it nil.
 	Lagging func() bool
+	// EventPing is how long an event stream stays silent before the node
+	// writes a ": ping" comment; default 15 s (tests shorten it).
+	EventPing time.Duration
+	// EventWriteTimeout bounds each write to an event stream's client; past
+	// it the stream ends. Default 10 s.
+	EventWriteTimeout time.Duration
 }
 
 // Server is the HTTP API of one candidate.
@@ -83,6 +90,11 @@ type Server struct {
 	audit      *Auditor
 	lagging    func() bool             // Deps.Lagging; nil: node.Lagging
 	parking    atomic.Pointer[parking] // set by Serve; nil: blocking queries wait in their handler
+	eventPing  time.Duration           // Deps.EventPing
+	eventWrite time.Duration           // Deps.EventWriteTimeout
+	streams    atomic.Int64            // open event streams
+	closing    chan struct{}           // closed by Shutdown: event streams end
+	closeOnce  sync.Once
 }
 
 // New builds the server and its routes.
@@ -100,6 +112,12 @@ func New(d Deps) *Server {
 		d.Rand = rand.Reader
 	}
 	d.Caps = d.Caps.withDefaults()
+	if d.EventPing <= 0 {
+		d.EventPing = defaultEventPing
+	}
+	if d.EventWriteTimeout <= 0 {
+		d.EventWriteTimeout = defaultEventWriteTimeout
+	}
 	if d.Client == nil {
 		dialer := &net.Dialer{Timeout: 500 * time.Millisecond, KeepAlive: 30 * time.Second}
 		transport := &http.Transport{
@@ -119,17 +137,22 @@ func New(d Deps) *Server {
 		}
 	}
 	s := &Server{
-		node:     d.Node,
-		band:     d.Band,
-		log:      d.Logger,
-		client:   d.Client,
-		rand:     d.Rand,
-		version:  d.Version,
-		registry: d.Registry,
-		lagging:  d.Lagging,
+		node:      d.Node,
+		band:      d.Band,
+		log:       d.Logger,
+		client:    d.Client,
+		rand:      d.Rand,
+		version:   d.Version,
+		registry:  d.Registry,
+		lagging:   d.Lagging,
+		eventPing: d.EventPing, eventWrite: d.EventWriteTimeout,
+		closing: make(chan struct{}),
 	}
 	s.SetTokens(d.Tokens)
 	s.metrics = newMetrics(d.Registry, d.Node)
+	d.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "elanous_event_streams", Help: "Event streams (GET /v1/events) open on this node.",
+	}, func() float64 { return float64(s.streams.Load()) }))
 	s.guard = newGuard(d.Caps, d.Node, d.Registry)
 	s.audit = &Auditor{log: d.Audit, address: s.guard.clientAddress}
 	if s.audit.log == nil {
@@ -203,8 +226,10 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // Shutdown stops accepting requests and waits for those in flight (bounded by ctx).
-// Parked blocking queries are answered first, with Connection: close.
+// Parked blocking queries are answered first, with Connection: close, and
+// event streams end.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.closeOnce.Do(func() { close(s.closing) })
 	if p := s.parking.Load(); p != nil {
 		p.close()
 	}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -69,7 +70,14 @@ func (s *Server) getMetrics(c echo.Context) error {
 
 // clusterStatus reports this node's raft view and the configuration.
 func (s *Server) clusterStatus(c echo.Context) error {
-	st := s.node.Status(c.Request().Context())
+	out := s.ownStatus(c.Request().Context())
+	s.readHeaders(c, fsm.TablePrimary)
+	return c.JSON(http.StatusOK, out)
+}
+
+// ownStatus is this node's answer to /v1/cluster/status.
+func (s *Server) ownStatus(ctx context.Context) wire.ClusterStatus {
+	st := s.node.Status(ctx)
 	out := wire.ClusterStatus{
 		Machine:       st.ID,
 		State:         st.State,
@@ -104,6 +112,5 @@ func (s *Server) clusterStatus(c echo.Context) error {
 	if raw, err := json.Marshal(st.Stats); err == nil {
 		out.Raft = raw
 	}
-	s.readHeaders(c, fsm.TablePrimary)
-	return c.JSON(http.StatusOK, out)
+	return out
 }

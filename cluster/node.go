@@ -66,6 +66,9 @@ type Config struct {
 	// 64, and 1 turns group commit off. Batches are proposed only once the
 	// cluster's format level is at least 2.
 	MaxBatch int
+	// EventRing is how many recent changes the node keeps for resuming
+	// event streams (GET /v1/events); default fsm.DefaultEventRing.
+	EventRing int
 	// MaxInflight is how many entries the batcher keeps in flight; default 1.
 	MaxInflight int
 	// BatchApply is hashicorp/raft's BatchApplyCh: the leader takes up to
@@ -240,6 +243,9 @@ func New(cfg Config) (*Node, error) {
 		healthProbe:  cfg.HealthProbe,
 		confirmProbe: cfg.ConfirmProbe,
 		stop:         make(chan struct{}),
+	}
+	if cfg.EventRing > 0 {
+		n.fsm.SetEventRing(cfg.EventRing)
 	}
 	n.failover.kick = make(chan struct{}, 1)
 	n.leaderRounds = rounds{run: n.leaderRound, stop: n.stop}

@@ -133,6 +133,12 @@ func (n *Node) renewOnLeader(ctx context.Context, l *leadership, cmd fsm.Command
 	if !n.judging() {
 		return n.proposeRenewal(ctx, cmd)
 	}
+	// A renewal the applied state does not cover is a write whatever a
+	// confirmation would say (Apply decides, and writing is always safe):
+	// only an answer from the state, covered or refused, waits for one.
+	if j, err := n.fsm.JudgeRenewal(cmd, l.now()); err == nil && !j.Covered {
+		return n.proposeRenewal(ctx, fsm.WithSlack(cmd, n.renewSlack(j.TTLMs)))
+	}
 	if _, err := n.leaderRounds.join(ctx); err != nil {
 		return Renewed{}, err
 	}
@@ -165,6 +171,14 @@ func (n *Node) proposeRenewal(ctx context.Context, cmd fsm.Command) (Renewed, er
 
 func (n *Node) renewOnFollower(ctx context.Context, cmd fsm.Command) (Renewed, error) {
 	if !n.judging() || n.confirmProbeFn() == nil {
+		n.renewals.outcomes[renewForwarded].Add(1)
+		return Renewed{}, ErrNotLeader
+	}
+	// As on the leader, a renewal this node's state does not cover goes to
+	// the leader at once: only an answer from the state needs confirming.
+	// (Its state may be behind the leader's, which only means the leader
+	// may find it covered after all.)
+	if j, err := n.fsm.JudgeRenewal(cmd, n.fsm.LastNow()); err == nil && !j.Covered {
 		n.renewals.outcomes[renewForwarded].Add(1)
 		return Renewed{}, ErrNotLeader
 	}
@@ -325,7 +339,7 @@ func (rs *rounds) join(ctx context.Context) (Confirmation, error) {
 	}
 	if !rs.running {
 		rs.running = true
-		go rs.loop()
+		go rs.loop() //nolint:gosec // G118: a round serves every caller waiting on it, not this one; roundTimeout and the node's stop bound it
 	}
 	rs.mu.Unlock()
 	select {

@@ -43,22 +43,23 @@ func (f *FSM) Apply(l *raft.Log) any {
 	if err != nil {
 		return err
 	}
-	var touched [numTables]bool
-	result := applyOne(commandTable, f.st, cmd, l.Term, l.Index, &touched)
-	for t := range touched {
-		if touched[t] {
+	var fx effects
+	result := applyOne(commandTable, f.st, cmd, l.Term, l.Index, &fx)
+	for t := range fx.touched {
+		if fx.touched[t] {
 			f.touchLocked(Table(t), l.Index)
 		}
 	}
+	f.ring.push(fx.events)
 	return result
 }
 
 // applyOne applies a decoded command to st at (term, index), moves the
-// cluster time and records the tables it changed in touched. The table is a
+// cluster time and records the tables it changed and its events in fx. The table is a
 // parameter (always commandTable) because the batch spec inside it applies
 // commands through applyOne: a direct reference would be an initialization
 // cycle.
-func applyOne(table map[CommandType]commandSpec, st *state, cmd Command, term, index uint64, touched *[numTables]bool) any {
+func applyOne(table map[CommandType]commandSpec, st *state, cmd Command, term, index uint64, fx *effects) any {
 	sp := table[cmd.Type()]
 	// a.now starts at lastNow: a claim that fails validation must leave the
 	// cluster time where it was (a zero a.now would reset lastNow to 0 and the
@@ -79,8 +80,9 @@ func applyOne(table map[CommandType]commandSpec, st *state, cmd Command, term, i
 	// only a successful claim may move it back.
 	st.lastNow = a.now
 	for t := range a.touched {
-		touched[t] = touched[t] || a.touched[t]
+		fx.touched[t] = fx.touched[t] || a.touched[t]
 	}
+	fx.events = append(fx.events, a.events...)
 	return result
 }
 
@@ -111,7 +113,7 @@ func (a *applier) batch(b Batch) any {
 				continue
 			}
 		}
-		res.Results[i] = applyOne(a.table, a.st, cmd, a.term, a.index, &a.touched)
+		res.Results[i] = applyOne(a.table, a.st, cmd, a.term, a.index, &a.effects)
 	}
 	a.now = a.st.lastNow
 	return res
@@ -140,18 +142,29 @@ func (a *applier) setFormat(c SetFormat) any {
 	if c.Level <= a.st.format || c.Level > MaxFormat {
 		return fmt.Errorf("%w: format %d (the cluster is at %d, this build knows up to %d)", ErrInvalidCommand, c.Level, a.st.format, MaxFormat)
 	}
+	from := a.st.format
 	a.st.format = c.Level
+	if from < TimelineFormat && c.Level >= TimelineFormat {
+		a.seedTimeline()
+	}
 	return nil
 }
 
 // applier applies one command to st at (term, index) with the clamped time now.
 type applier struct {
-	table   map[CommandType]commandSpec
-	st      *state
-	term    uint64
-	index   uint64
-	now     int64
+	table map[CommandType]commandSpec
+	st    *state
+	term  uint64
+	index uint64
+	now   int64
+	effects
+}
+
+// effects are what applying a command did besides its result: the tables it
+// changed (their watchers wake) and its events (see events.go).
+type effects struct {
 	touched [numTables]bool
+	events  []Event
 }
 
 // live reports whether a record expiring at expiresAt is still live at a.now.
@@ -195,6 +208,8 @@ func (a *applier) claim(c ClaimPrimary) any {
 	a.st.rebuildIndexes()
 	a.st.primary = Primary{Holder: c.Holder, Generation: a.term, ClaimedAt: c.Now, Index: a.index}
 	a.touched[TablePrimary] = true
+	a.emit(Event{Topic: TopicPrimary, Primary: &PrimaryEvent{Primary: a.st.primary, FromNow: last, GraceMs: c.GraceMs}})
+	a.addTimeline(TimelineEntry{Kind: TimelinePrimary, Generation: a.term, Holder: c.Holder})
 	return a.st.primary
 }
 
@@ -232,6 +247,7 @@ func (a *applier) register(c RegisterResource) any {
 	}, attrs)
 	a.st.putResource(r)
 	a.touched[TableResources] = true
+	a.emitResource(r)
 	return r.resource()
 }
 
@@ -309,6 +325,7 @@ func (a *applier) heartbeat(c HeartbeatResource) any {
 	r.revision = a.index
 	a.st.putResource(r)
 	a.touched[TableResources] = true
+	a.emitResource(r)
 	return r.resource()
 }
 
@@ -321,6 +338,7 @@ func (a *applier) deleteResource(c DeleteResource) any {
 	}
 	a.st.deleteResource(c.ID)
 	a.touched[TableResources] = true
+	a.emit(Event{Topic: TopicResources, Op: OpDelete, ID: c.ID, Reason: ReasonDeleted})
 	return nil
 }
 
@@ -382,6 +400,7 @@ func (a *applier) acquire(c AcquireLease) any {
 		}
 	}
 	a.touched[TableLeases] = true
+	a.emitLease(l)
 	return l
 }
 
@@ -401,6 +420,7 @@ func (a *applier) replayed(l PortLease) PortLease {
 	l.ExpiresAt = a.renewedExpiry(l.ExpiresAt, l.TTLMs, 0)
 	a.st.putLease(l)
 	a.touched[TableLeases] = true
+	a.emitLease(l)
 	return l
 }
 
@@ -490,6 +510,7 @@ func (a *applier) renew(c RenewLease) any {
 	l.ExpiresAt = a.renewedExpiry(l.ExpiresAt, l.TTLMs, c.SlackMs)
 	a.st.putLease(l)
 	a.touched[TableLeases] = true
+	a.emitLease(l)
 	return l
 }
 
@@ -499,6 +520,7 @@ func (a *applier) release(c ReleaseLease) any {
 	}
 	a.st.deleteLease(c.Port)
 	a.touched[TableLeases] = true
+	a.emit(Event{Topic: TopicLeases, Op: OpDelete, Port: c.Port, Reason: ReasonReleased})
 	return nil
 }
 
@@ -516,6 +538,7 @@ func (a *applier) issueToken(c IssueToken) any {
 	}
 	a.st.putToken(t)
 	a.touched[TableTokens] = true
+	a.emit(Event{Topic: TopicTokens, Op: OpPut, Machine: t.Machine, IssuedAt: t.IssuedAt})
 	return t
 }
 
@@ -525,6 +548,7 @@ func (a *applier) revokeToken(c RevokeToken) any {
 	}
 	a.st.deleteToken(c.Machine)
 	a.touched[TableTokens] = true
+	a.emit(Event{Topic: TopicTokens, Op: OpDelete, Machine: c.Machine})
 	return nil
 }
 
@@ -536,11 +560,13 @@ func (a *applier) sweep(Sweep) any {
 		a.st.deleteResource(id)
 		res.Resources = append(res.Resources, id)
 		a.touched[TableResources] = true
+		a.emit(Event{Topic: TopicResources, Op: OpDelete, ID: id, Reason: ReasonExpired})
 	}
 	for _, e := range due(a.st.leaseExpiry, a.now) {
 		a.st.deleteLease(e.port)
 		res.Leases = append(res.Leases, e.port)
 		a.touched[TableLeases] = true
+		a.emit(Event{Topic: TopicLeases, Op: OpDelete, Port: e.port, Reason: ReasonExpired})
 	}
 	for _, e := range due(a.st.idemExpiry, a.now) {
 		a.st.deleteIdem(e.key)
@@ -559,13 +585,18 @@ func (a *applier) putCandidate(c PutCandidate) any {
 	if err := validCandidate(cand); err != nil {
 		return err
 	}
-	if old, ok := a.st.candidates[cand.Machine]; ok {
+	old, exists := a.st.candidates[cand.Machine]
+	if exists {
 		cand.AddedAt = old.AddedAt
 	} else {
 		cand.AddedAt = a.now
 	}
 	a.st.candidates[cand.Machine] = cand
 	a.touched[TableCandidates] = true
+	a.emit(Event{Topic: TopicCandidates, Op: OpPut, Machine: cand.Machine, Candidate: &cand})
+	if kind := candidateChange(old, exists, cand); kind != "" {
+		a.addTimeline(TimelineEntry{Kind: kind, Machine: cand.Machine, Voter: cand.Voter})
+	}
 	return cand
 }
 
@@ -594,6 +625,8 @@ func (a *applier) removeCandidate(c RemoveCandidate) any {
 	}
 	delete(a.st.candidates, c.Machine)
 	a.touched[TableCandidates] = true
+	a.emit(Event{Topic: TopicCandidates, Op: OpDelete, Machine: c.Machine})
+	a.addTimeline(TimelineEntry{Kind: TimelineCandidateRemoved, Machine: c.Machine})
 	return nil
 }
 
@@ -608,5 +641,7 @@ func (a *applier) setLimits(c SetLimits) any {
 		return fmt.Errorf("%w: limits must not be negative: %+v", ErrInvalidCommand, l)
 	}
 	a.st.limits = l
-	return l.EffectiveLimits()
+	eff := l.EffectiveLimits()
+	a.emit(Event{Topic: TopicLimits, Limits: &eff})
+	return eff
 }

@@ -205,6 +205,9 @@ func (b *Backup) Rebase(p RestoreParams) ([]byte, error) {
 	} else {
 		st.limits = Limits{}
 	}
+	if p.Format < TimelineFormat {
+		st.timeline = nil
+	}
 	// The claim's own rule, applied by the claim's own code at the restore's
 	// term and index.
 	a := applier{table: commandTable, st: st, term: p.Term, index: p.Index, now: st.lastNow}
@@ -234,6 +237,7 @@ func viewOf(st *state) view {
 		idem:      st.sortedIdem(),
 		cands:     st.sortedCandidates(),
 		limits:    st.limits,
+		timeline:  append([]TimelineEntry(nil), st.timeline...),
 		primary:   st.primary,
 		format:    st.format,
 		lastNow:   st.lastNow,
@@ -304,7 +308,7 @@ func (doc *document) check() error {
 	if h := doc.Primary.Holder; h != "" && !wire.ValidCandidate(h) {
 		return fmt.Errorf("primary holder %q is not a candidate name", h)
 	}
-	return nil
+	return checkTimeline(doc.Timeline)
 }
 
 // checkResource refuses a resource no replica could hold (ReadBackup checks
@@ -334,6 +338,9 @@ func (doc *document) maxIndex() uint64 {
 	}
 	for _, l := range doc.Leases {
 		m = max(m, l.Fence)
+	}
+	for _, e := range doc.Timeline {
+		m = max(m, e.Index)
 	}
 	return m
 }

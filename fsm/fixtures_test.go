@@ -158,6 +158,18 @@ func fixtureLog(t *testing.T) []fixtureEntry {
 		RenewLease{Header: Header{Now: t0 - 3_526_000}, Caller: mbpToken, Port: 31451, LeaseID: "0a1b2c3d-0000-4000-8000-000000000001", SlackMs: 10_000_000}, // capped at the TTL
 		HeartbeatResource{Header: Header{Now: t0 - 3_526_000}, Caller: mbpToken, ID: "machine:mbp", Attrs: attrs(`{"load":0.9}`), SlackMs: 1000},
 	))
+	// Format 4: claims and candidate changes enter the timeline; a put that
+	// changes nothing it records adds no entry.
+	add(SetFormat{Header: Header{Now: t0 - 3_520_000}, Level: 4})
+	h.term = 4
+	add(ClaimPrimary{Header: Header{Now: t0 - 3_519_000}, Holder: "node-a", GraceMs: 1000})
+	add(PutCandidate{Header: Header{Now: t0 - 3_518_000}, Candidate: Candidate{Machine: "node-e", URL: "https://10.0.0.5:31413", Raft: "10.0.0.5:31412"}})
+	add(PutCandidate{Header: Header{Now: t0 - 3_517_000}, Candidate: Candidate{Machine: "node-e", URL: "https://10.0.0.5:31413", Raft: "10.0.0.5:31412", Voter: true}})
+	add(PutCandidate{Header: Header{Now: t0 - 3_516_000}, Candidate: Candidate{Machine: "node-e", URL: "https://10.0.0.5:31413", Raft: "10.0.0.5:31412", Voter: true}})
+	add(PutCandidate{Header: Header{Now: t0 - 3_515_000}, Candidate: Candidate{Machine: "node-e", URL: "https://10.0.0.6:31413", Raft: "10.0.0.6:31412", Voter: true}})
+	add(PutCandidate{Header: Header{Now: t0 - 3_514_000}, Candidate: Candidate{Machine: "node-e", URL: "https://10.0.0.6:31413", Raft: "10.0.0.6:31412"}})
+	add(RemoveCandidate{Header: Header{Now: t0 - 3_513_000}, Machine: "node-e"})
+	add(RemoveCandidate{Header: Header{Now: t0 - 3_512_000}, Machine: "node-e"}) // not found: no entry
 	return out
 }
 

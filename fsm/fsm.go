@@ -15,11 +15,12 @@ type FSM struct {
 	st      *state                   // guarded by mu
 	applied uint64                   // last applied log index; guarded by mu
 	watches [numTables]chan struct{} // closed on the table's next change; guarded by mu
+	ring    eventRing                // the recent changes, for event streams; guarded by mu
 }
 
 // New returns an empty FSM.
 func New() *FSM {
-	f := &FSM{st: newState()}
+	f := &FSM{st: newState(), ring: newEventRing(DefaultEventRing)}
 	for i := range f.watches {
 		f.watches[i] = make(chan struct{})
 	}

@@ -168,7 +168,7 @@ func TestJudgeRenewal_LeaderDecision(t *testing.T) {
 		}
 	}
 	// A slack of 5 renewal periods: one write every 6 renewals.
-	if max := 2 * steps / 5; writes > max {
-		t.Errorf("%d of %d renewals were writes, want at most %d with a quarter-TTL slack", writes, 2*steps, max)
+	if most := 2 * steps / 5; writes > most {
+		t.Errorf("%d of %d renewals were writes, want at most %d with a quarter-TTL slack", writes, 2*steps, most)
 	}
 }

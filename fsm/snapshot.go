@@ -29,8 +29,11 @@ import (
 // their machine, and commands that name the machine token behind them; its
 // document adds "candidates" and "limits". Format 3 adds the renewal slack
 // (HeartbeatResource and RenewLease carry slackMs, and a renewal never moves
-// an expiry earlier); its document is format 2's.
-const MaxFormat = 3
+// an expiry earlier); its document is format 2's. Format 4 adds the
+// timeline (timeline.go: the last claims and candidate-directory changes,
+// appended by the claim and candidate commands); its document adds
+// "timeline".
+const MaxFormat = 4
 
 // SnapshotVersion is the newest snapshot document version this build writes
 // (at format level MaxFormat).
@@ -53,6 +56,8 @@ type document struct {
 	Candidates []Candidate `json:"candidates,omitempty"`
 	// Limits are the abuse limits as set (format 2).
 	Limits Limits `json:"limits"`
+	// Timeline is the timeline, oldest first (format 4).
+	Timeline []TimelineEntry `json:"timeline,omitempty"`
 	// Applied is the FSM's last applied index when the snapshot was taken. It
 	// is zero, and so absent, in the document Hash encodes.
 	Applied uint64 `json:"applied,omitempty"`
@@ -74,6 +79,7 @@ type view struct {
 	idem      []idemRecord
 	cands     []Candidate
 	limits    Limits
+	timeline  []TimelineEntry
 	primary   Primary
 	format    int
 	lastNow   int64
@@ -159,6 +165,10 @@ func (v view) write(out io.Writer, applied uint64) error {
 		put(`,"limits":`)
 		value(v.limits)
 	}
+	if v.format >= TimelineFormat {
+		put(`,"timeline":`)
+		list(len(v.timeline), func(i int) { value(v.timeline[i]) })
+	}
 	if applied != 0 {
 		put(`,"applied":` + strconv.FormatUint(applied, 10))
 	}
@@ -194,6 +204,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer f.mu.Unlock()
 	f.st = st
 	f.applied = doc.Applied
+	f.ring.reset(doc.Applied)
 	for t := range f.watches {
 		close(f.watches[t])
 		f.watches[t] = make(chan struct{})
@@ -367,6 +378,13 @@ func (doc document) state(resources *btree.BTreeG[*record]) (*state, error) {
 	for _, c := range doc.Candidates {
 		st.candidates[c.Machine] = c
 	}
+	if doc.Version < TimelineFormat && len(doc.Timeline) > 0 {
+		return nil, fmt.Errorf("snapshot version %d holds a timeline, which came with version %d", doc.Version, TimelineFormat)
+	}
+	if len(doc.Timeline) > TimelineMax {
+		return nil, fmt.Errorf("a timeline of %d entries, at most %d", len(doc.Timeline), TimelineMax)
+	}
+	st.timeline = doc.Timeline
 	st.limits = doc.Limits
 	st.primary = doc.Primary
 	st.lastNow = doc.LastNow

@@ -27,6 +27,7 @@ type state struct {
 	format     int                  // the format level: the snapshot version, the command types in use
 	candidates map[string]Candidate // the candidate directory, by machine (format 2)
 	limits     Limits               // the abuse limits as set (zero fields: defaults) (format 2)
+	timeline   []TimelineEntry      // the last TimelineMax claims and membership changes, oldest first (format 4)
 	lastNow    int64                // the latest applied time (Unix ms)
 	indexes    [numTables]uint64    // log index of the last change to each table
 

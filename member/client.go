@@ -236,6 +236,9 @@ type request struct {
 	header http.Header
 	body   any  // JSON-encoded when non-nil
 	noAuth bool // /v1/primary and friends are fetched without a token
+	// errBody, when non-nil, also receives a non-2xx answer's JSON body
+	// (an error body with fields beyond {error, message}).
+	errBody any
 }
 
 // do sends req to the target and decodes a 2xx body into out (when non-nil
@@ -285,7 +288,7 @@ func (c *Client) doAt(ctx context.Context, target Address, req request, out any)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.Header, readAPIError(resp)
+		return resp.Header, readAPIError(resp, req.errBody)
 	}
 	if out == nil || resp.StatusCode == http.StatusNoContent {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, wire.MaxBodyBytes))
@@ -301,9 +304,13 @@ func (c *Client) doAt(ctx context.Context, target Address, req request, out any)
 	return resp.Header, nil
 }
 
-// readAPIError turns a non-2xx answer into an *APIError.
-func readAPIError(resp *http.Response) error {
+// readAPIError turns a non-2xx answer into an *APIError; a non-nil full
+// also receives the JSON body, when it decodes.
+func readAPIError(resp *http.Response, full any) error {
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	if full != nil {
+		_ = json.Unmarshal(data, full)
+	}
 	apiErr := &APIError{Status: resp.StatusCode}
 	var body wire.Error
 	if json.Unmarshal(data, &body) == nil && body.Error != "" {
@@ -415,7 +422,7 @@ func (c *Client) raw(ctx context.Context, path string, out *string) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return readAPIError(resp)
+		return readAPIError(resp, nil)
 	}
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {

@@ -74,7 +74,7 @@ func (c *Client) stream(ctx context.Context, method, path string, body io.Reader
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		defer resp.Body.Close()
-		return nil, readAPIError(resp)
+		return nil, readAPIError(resp, nil)
 	}
 	return resp, nil
 }

@@ -68,6 +68,8 @@ type Options struct {
 	TLS bool
 	// VerifyClients makes the HTTPS API require client certificates.
 	VerifyClients bool
+	// EventRing is each node's cluster.Config.EventRing (0: the default).
+	EventRing int
 	// EveryRenewalWrites turns the renewal slack off (ttl.renew_slack 0):
 	// every heartbeat and lease renewal is a log entry. By default the
 	// nodes renew with the default slack of a quarter TTL.
@@ -143,7 +145,7 @@ func (c *Cluster) nodeConfig(i int, trans raft.Transport) cluster.Config {
 		LeaderLeaseTimeout: c.opts.Timeout / 2, CommitTimeout: c.opts.CommitTimeout,
 		SweepInterval: c.opts.Sweep, FormatCheckInterval: 200 * time.Millisecond,
 		MembershipInterval: 100 * time.Millisecond, ServerStabilization: 300 * time.Millisecond,
-		RenewSlack: DefaultRenewSlack,
+		EventRing: c.opts.EventRing, RenewSlack: DefaultRenewSlack,
 	}
 	if c.opts.EveryRenewalWrites {
 		cfg.RenewSlack = 0

@@ -229,6 +229,8 @@ func printDevSummary(out io.Writer, running []*candidate, tokens wire.TokensFile
 		fmt.Fprintf(out, "\nTLS: CA %s (HTTPS API, mutual TLS Raft)\n", ca)
 		curl, caFlag = "curl -s --cacert "+ca, " --ca-file "+ca
 	}
+	fmt.Fprintf(out, "\nconsole (the token moves from the link into the tab):\n  %s\n  admin, for the Tokens view: %s\n",
+		consoleURL(urls[0], "cluster", tokens.Query), consoleURL(urls[0], "tokens", tokens.Admin))
 	fmt.Fprintf(out, "\ntry:\n  %s %s/v1/primary\n  ELANOUS_TOKEN=%s elanous-node status --candidates %s%s\n\nready; Ctrl-C stops the cluster\n",
 		curl, urls[0], tokens.Query, strings.Join(urls, ","), caFlag)
 }

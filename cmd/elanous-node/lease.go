@@ -26,12 +26,15 @@ func newLeaseCmd() *cobra.Command {
 		Short: "Acquire, release or list port leases",
 		Long: `Port leases hand out ports of the test band (default 31450-31499), each held
 by one owner under a TTL, renewed by heartbeat and released by DELETE.
-acquire and release need a member-scope token, list a query-scope one.`,
+acquire and release need a member-scope token, list and check a query-scope
+one. check tells a downstream system whether a grant's fence is still
+current (exit 0 valid, 1 stale, 2 could not check).`,
 		Example: `  elanous-node lease acquire --machine mbp --purpose e2e --hold
   elanous-node lease list
-  elanous-node lease release --port 31450 --lease-id <id>`,
+  elanous-node lease release --port 31450 --lease-id <id>
+  elanous-node lease check --port 31450 --fence 1234`,
 	}
-	cmd.AddCommand(newLeaseAcquireCmd(), newLeaseReleaseCmd(), newLeaseListCmd())
+	cmd.AddCommand(newLeaseAcquireCmd(), newLeaseReleaseCmd(), newLeaseListCmd(), newLeaseCheckCmd())
 	return cmd
 }
 

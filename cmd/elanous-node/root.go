@@ -38,6 +38,7 @@ precedence.`,
 	cmd.AddCommand(
 		newServeCmd(),
 		newDevCmd(),
+		newUICmd(),
 		newInitCmd(),
 		newStatusCmd(),
 		newTokenCmd(),

@@ -2,7 +2,7 @@
 // `elanous-node serve` processes, each in its own network namespace, drives
 // it with concurrent clients, injects one scenario's faults, heals, and checks
 // what the clients saw (porcupine linearizability, lease intervals,
-// generations) and what the nodes hold (equal state hashes, every
+// generations, renewal promises) and what the nodes hold (equal state hashes, every
 // acknowledged write, no panic).
 //
 //	go run ./scripts/chaos --scenario all --duration 20s --report r.json
@@ -28,6 +28,9 @@ func main() {
 }
 
 func run(ctx context.Context, args []string) int {
+	if len(args) > 0 && args[0] == fenceHolderCmd {
+		return fenceHolder(ctx, args[1:])
+	}
 	opt, err := parseFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

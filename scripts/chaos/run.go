@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +33,20 @@ type env struct {
 	disks *disks
 	// dock is the container backend (nil for namespaces).
 	dock *dockerEnv
+	// skews are the clock offsets given to any node (check.Clock); guarded
+	// by mu.
+	skews []time.Duration
+}
+
+// setClockOffset gives node i a clock offset and remembers it for the
+// renewal check.
+func (e *env) setClockOffset(i int, d time.Duration) error {
+	e.mu.Lock()
+	if !slices.Contains(e.skews, d) {
+		e.skews = append(e.skews, d)
+	}
+	e.mu.Unlock()
+	return e.c.SetClockOffset(i, d)
 }
 
 func (e *env) logf(format string, args ...any) {
@@ -146,12 +161,15 @@ func (s *suite) runScenario(ctx context.Context, sc scenario, round int) row {
 	stats(&r, h, final.from, final.to)
 	if len(h) > 0 {
 		s.logf("[%s] checking %d operations", name, len(h))
-		res := check.Check(h, check.Options{OutDir: dir, Timeout: 90 * time.Second})
+		res := check.Check(h, check.Options{OutDir: dir, Timeout: 90 * time.Second, Clock: final.clock})
 		r.Linearizable = res.Linearizable
 		r.Details = append(r.Details, res.Violations...)
 		for _, n := range res.Notes {
 			s.logf("[%s] note: %s", name, n)
 		}
+		rs := check.SummarizeRenewals(h, final.clock)
+		s.logf("[%s] renewal check: %d lives, %d acknowledged answers (%d with a mapped expiresAt), %d seen gone; the closest came %d ms after its send + TTL",
+			name, rs.Lives, rs.Answers, rs.Mapped, rs.Gone, rs.ClosestMs)
 		if final.ok {
 			r.Details = append(r.Details, check.CheckFinal(h, final.leases, final.resources)...)
 		}
@@ -163,7 +181,7 @@ func (s *suite) runScenario(ctx context.Context, sc scenario, round int) row {
 		_ = os.RemoveAll(dir)
 	} else {
 		_ = saveHistory(filepath.Join(dir, "history.jsonl"), h)
-		_ = writeJSON(filepath.Join(dir, "violations.json"), map[string]any{"error": r.Error, "violations": r.Details})
+		_ = writeJSON(filepath.Join(dir, "violations.json"), map[string]any{"error": r.Error, "violations": r.Details, "clock": final.clock})
 		r.Dir = dir
 	}
 	slow := 0
@@ -192,6 +210,7 @@ type finalState struct {
 	violations []check.Violation
 	from, to   int64  // the workload's window on the recorder's clock
 	committed  uint64 // the lowest applied index any node reported at the end
+	clock      check.Clock
 }
 
 // runNetns runs a scenario on processes in namespaces.
@@ -249,8 +268,12 @@ func (s *suite) runNetns(ctx context.Context, sc scenario, dir string, mon *lead
 func (s *suite) drive(ctx context.Context, sc scenario, e *env, mon *leaderMonitor) ([]check.Op, finalState, error) {
 	var fs finalState
 	rec := workload.NewRecorder()
-	wl := workload.New(workload.Config{Targets: targets(e.c), Tokens: e.c.Tokens, Clients: s.opt.clients,
-		Seed: s.opt.seed, TLS: e.c.ClientTLS()}, rec)
+	wcfg := workload.Config{Targets: targets(e.c), Tokens: e.c.Tokens, Clients: s.opt.clients,
+		Seed: s.opt.seed, TLS: e.c.ClientTLS()}
+	if sc.renewals {
+		wcfg.Renewers = renewers
+	}
+	wl := workload.New(wcfg, rec)
 	dur := max(s.opt.duration, sc.minDuration)
 	wctx, wcancel := context.WithTimeout(ctx, dur)
 	defer wcancel()
@@ -277,6 +300,7 @@ func (s *suite) drive(ctx context.Context, sc scenario, e *env, mon *leaderMonit
 	mcancel()
 	e.mu.Lock()
 	fs.violations = append(fs.violations, e.violations...)
+	fs.clock = check.Clock{WallStartMs: rec.WallStartMs(), Skews: append([]time.Duration{0}, e.skews...)}
 	e.mu.Unlock()
 	if n := mon.count(); sc.stableLeader && n > 0 {
 		fs.violations = append(fs.violations, check.Violation{Kind: "leader-changed",
@@ -314,6 +338,9 @@ func (s *suite) drive(ctx context.Context, sc scenario, e *env, mon *leaderMonit
 		if !fs.ok {
 			fs.ok, fs.leases, fs.resources = true, ls, rs
 		}
+	}
+	if sc.renewals {
+		e.logf("%s", renewalCounts(ctx, e.c, rec.Ops()))
 	}
 	for _, line := range e.c.PanicLines() {
 		fs.violations = append(fs.violations, check.Violation{Kind: "panic", Detail: line})

@@ -25,6 +25,9 @@ type scenario struct {
 	// tls runs the scenario's cluster with TLS (HTTPS API, mutual TLS Raft);
 	// its report row is named "<name>+tls".
 	tls bool
+	// renewals runs renewal members (workload/renewers.go) beside the
+	// clients.
+	renewals bool
 }
 
 // tlsShort are the scenarios the --short pass runs a second time with TLS,
@@ -42,20 +45,22 @@ func (sc scenario) runName() string {
 
 func scenarios() []scenario {
 	return []scenario{
-		{name: "leader-kill", about: "SIGKILL the leader, restart it, again and again", faults: leaderKill},
-		{name: "leader-pause", about: "SIGSTOP the leader for 1x, 3x and 10x the election timeout, then SIGCONT", faults: leaderPause, minDuration: 16 * time.Second},
-		{name: "partition-leader", about: "cut the leader off from every other node, heal, repeat", faults: partitionLeader},
-		{name: "partition-halves", nodes: 5, about: "split five nodes 2|3 (the leader on either side), heal, repeat", faults: partitionHalves},
-		{name: "partition-bridge", nodes: 5, about: "two halves that only one bridge node connects", faults: partitionBridge},
-		{name: "one-way", about: "drop only the leader's outgoing, then only its incoming packets", faults: oneWay},
-		{name: "slow-net", about: "75±50 ms on every packet between nodes, 20% loss", faults: slowNet},
-		{name: "restart-all", about: "SIGKILL every node at once, start them again, repeat", faults: restartAll},
-		{name: "disk-full", smallDisks: true, about: "fill a follower's data filesystem, restart it while full, free it", faults: diskFull},
-		{name: "disk-full-leader", smallDisks: true, about: "fill the leader's data filesystem under writes (its own log write fails while the followers may hold the entries), free it", faults: diskFullLeader},
-		{name: "clock-skew", about: "make a node +5 min then one -5 min ahead lead (chaos-build clock offset)", faults: clockSkew, minDuration: 24 * time.Second},
-		{name: "rolling-restart", about: "SIGTERM and restart every node in turn under load, the leader last", faults: rollingRestart},
+		{name: "leader-kill", renewals: true, about: "SIGKILL the leader, restart it, again and again", faults: leaderKill},
+		{name: "leader-pause", renewals: true, about: "SIGSTOP the leader for 1x, 3x and 10x the election timeout, then SIGCONT", faults: leaderPause, minDuration: 16 * time.Second},
+		{name: "partition-leader", renewals: true, about: "cut the leader off from every other node, heal, repeat", faults: partitionLeader},
+		{name: "partition-halves", renewals: true, nodes: 5, about: "split five nodes 2|3 (the leader on either side), heal, repeat", faults: partitionHalves},
+		{name: "partition-bridge", renewals: true, nodes: 5, about: "two halves that only one bridge node connects", faults: partitionBridge},
+		{name: "one-way", renewals: true, about: "drop only the leader's outgoing, then only its incoming packets", faults: oneWay},
+		{name: "slow-net", renewals: true, about: "75±50 ms on every packet between nodes, 20% loss", faults: slowNet},
+		{name: "restart-all", renewals: true, about: "SIGKILL every node at once, start them again, repeat", faults: restartAll},
+		{name: "disk-full", renewals: true, smallDisks: true, about: "fill a follower's data filesystem, restart it while full, free it", faults: diskFull},
+		{name: "disk-full-leader", renewals: true, smallDisks: true, about: "fill the leader's data filesystem under writes (its own log write fails while the followers may hold the entries), free it", faults: diskFullLeader},
+		{name: "clock-skew", renewals: true, about: "make a node +5 min then one -5 min ahead lead (chaos-build clock offset)", faults: clockSkew, minDuration: 24 * time.Second},
+		{name: "rolling-restart", renewals: true, about: "SIGTERM and restart every node in turn under load, the leader last", faults: rollingRestart},
 		{name: "abuse", about: "an abusive machine token and a token-less client flood the cluster beside well-behaved members",
 			faults: abuseFaults, minDuration: 16 * time.Second, stableLeader: true},
+		{name: "fences", about: "SIGSTOP a lease holder until its lease expires and the port goes to another holder; when it wakes its fence is refused by the check and the downstream guard",
+			faults: fencesFaults},
 		{name: "docker-partition", docker: true, about: "three containers from deploy/ (TLS, as deploy/compose.yaml runs): docker network disconnect and docker pause the leader", faults: dockerFaults},
 	}
 }
@@ -308,7 +313,7 @@ func clockSkew(ctx context.Context, e *env) error {
 		}
 		target := (l + 1) % len(e.c.Nodes)
 		e.logf("skew %s's wall clock by %s", e.c.Nodes[target].Name, skew)
-		if err := e.c.SetClockOffset(target, skew); err != nil {
+		if err := e.setClockOffset(target, skew); err != nil {
 			return err
 		}
 		e.sleep(ctx, 200*time.Millisecond)
@@ -334,7 +339,7 @@ func clockSkew(ctx context.Context, e *env) error {
 		if !e.sleep(ctx, 3*time.Second) {
 			return ctx.Err()
 		}
-		if err := e.c.SetClockOffset(target, 0); err != nil {
+		if err := e.setClockOffset(target, 0); err != nil {
 			return err
 		}
 	}

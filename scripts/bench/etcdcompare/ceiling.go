@@ -187,7 +187,7 @@ func ceilingFractions(rep *report) {
 	c.OfSpread = map[string]float64{}
 	for _, row := range rep.Rows {
 		st := row.Results["elanous"]
-		if st == nil || row.ID == rowFailover || row.ID == rowSingle {
+		if st == nil || row.ID == rowFailover || row.ID == rowSingle || row.ID == rowOpen {
 			continue
 		}
 		c.OfSpread[row.ID] = st.OpsPerSec / c.Spread.OpsPerSec

@@ -81,14 +81,15 @@ func TestCeilingFractions(t *testing.T) {
 		Rows: []rowReport{
 			{rowSpec: rowSpec{ID: rowWrite}, BestEtcd: "etcd 3.4", Results: map[string]*stats{"elanous": {OpsPerSec: 4000}, "etcd 3.4": {OpsPerSec: 5000}}},
 			{rowSpec: rowSpec{ID: rowSingle}, Results: map[string]*stats{"elanous": {OpsPerSec: 700}}},
-			{rowSpec: rowSpec{ID: rowKeepalive}, Results: map[string]*stats{"etcd 3.4": {OpsPerSec: 9000}}},
+			{rowSpec: rowSpec{ID: rowRenewal}, Results: map[string]*stats{"etcd 3.4": {OpsPerSec: 9000}}},
+			{rowSpec: rowSpec{ID: rowOpen}, Results: map[string]*stats{"elanous": {OpsPerSec: 3500, TargetPerSec: 3500}}},
 		},
 		Ceiling: &ceilingReport{One: &stats{OpsPerSec: 30000}, Spread: &stats{OpsPerSec: 16000}},
 	}
 	ceilingFractions(rep)
 	got := rep.Ceiling.OfSpread
 	if len(got) != 1 || math.Abs(got[rowWrite]-0.25) > 1e-9 {
-		t.Errorf("OfSpread = %v, want only write: 0.25 (single is one client; keepalive has no elanous figure)", got)
+		t.Errorf("OfSpread = %v, want only write: 0.25 (single is one client, open an offered rate; renewal has no elanous figure)", got)
 	}
 	var b strings.Builder
 	printCeiling(&b, rep, rep.Ceiling)

@@ -454,13 +454,24 @@ func (s *elanousSystem) Workers(ctx context.Context, row string, n int) ([]step,
 			steps = append(steps, func(ctx context.Context) error { return c.register(ctx, body) })
 		case rowLock:
 			steps = append(steps, c.lockStep(i))
-		case rowKeepalive:
+		case rowRenewal:
 			id := benchID(i)
 			if err := c.register(ctx, registerBody(id, "bench", benchTTLMs)); err != nil {
 				cleanup()
 				return nil, nil, fmt.Errorf("register the resource to heartbeat: %w", err)
 			}
 			steps = append(steps, func(ctx context.Context) error { return c.heartbeat(ctx, id) })
+		case rowLoad:
+			id := benchID(i)
+			if err := c.register(ctx, registerBody(id, "bench", benchTTLMs)); err != nil {
+				cleanup()
+				return nil, nil, fmt.Errorf("register the resource to publish a load on: %w", err)
+			}
+			beat := 0
+			steps = append(steps, func(ctx context.Context) error {
+				beat++
+				return c.heartbeatWith(ctx, id, loadBeat(i, beat))
+			})
 		default:
 			cleanup()
 			return nil, nil, fmt.Errorf("unknown row %q", row)

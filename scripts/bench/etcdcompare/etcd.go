@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -414,19 +415,33 @@ func (s *etcdSystem) Workers(ctx context.Context, row string, n int) ([]step, fu
 			}
 		case rowLock:
 			st = etcdLockStep(c, fmt.Sprintf("bench/lock/%d", i), i)
-		case rowKeepalive:
-			gctx, cancel := context.WithTimeout(ctx, requestTimeout)
-			g, err := c.Grant(gctx, 60)
-			cancel()
+		case rowLoad:
+			g, err := grant(ctx, c, leaseTTLMs/1000)
 			if err != nil {
 				cleanup()
-				return nil, nil, fmt.Errorf("grant a lease: %w", err)
+				return nil, nil, err
 			}
-			leases = append(leases, g.ID)
+			leases = append(leases, g)
+			key := fmt.Sprintf("bench/load/%d", i)
+			beat := 0
 			st = func(ctx context.Context) error {
 				ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 				defer cancel()
-				_, err := c.KeepAliveOnce(ctx, g.ID)
+				beat++
+				_, err := c.Put(ctx, key, string(seedLoad(i, beat)), clientv3.WithLease(g))
+				return err
+			}
+		case rowRenewal:
+			g, err := grant(ctx, c, leaseTTLMs/1000)
+			if err != nil {
+				cleanup()
+				return nil, nil, err
+			}
+			leases = append(leases, g)
+			st = func(ctx context.Context) error {
+				ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+				defer cancel()
+				_, err := c.KeepAliveOnce(ctx, g)
 				return err
 			}
 		default:
@@ -440,6 +455,58 @@ func (s *etcdSystem) Workers(ctx context.Context, row string, n int) ([]step, fu
 		return nil, nil, err
 	}
 	return steps, cleanup, nil
+}
+
+// grant grants a lease of ttlSeconds.
+func grant(ctx context.Context, c *clientv3.Client, ttlSeconds int64) (clientv3.LeaseID, error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	g, err := c.Grant(ctx, ttlSeconds)
+	if err != nil {
+		return 0, fmt.Errorf("grant a lease: %w", err)
+	}
+	return g.ID, nil
+}
+
+// openWorkers prepares the etcd side of the open row: one client per
+// connection, each with a lease of the seed's TTL; a load heartbeat is a Put
+// of the member's load under its key attached to the connection's lease, an
+// instance heartbeat or a lease renewal a KeepAliveOnce of that lease.
+func (s *etcdSystem) openWorkers(ctx context.Context, c cadence, clients int) ([]openStep, func(), error) {
+	cs, err := s.clients(clients, -1)
+	if err != nil {
+		return nil, nil, err
+	}
+	var leases []clientv3.LeaseID
+	cleanup := func() {
+		for i, id := range leases {
+			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, _ = cs[i].Revoke(rctx, id)
+			cancel()
+		}
+		closeAll(cs)
+	}
+	var workers []openStep
+	for _, cl := range cs {
+		g, err := grant(ctx, cl, seedTTLMs/1000)
+		if err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+		leases = append(leases, g)
+		workers = append(workers, func(ctx context.Context, k int) error {
+			ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+			defer cancel()
+			ev := c.event(k)
+			if ev.kind == eventLoad {
+				_, err := cl.Put(ctx, "open/"+strconv.Itoa(ev.member), string(seedLoad(ev.member, k)), clientv3.WithLease(g))
+				return err
+			}
+			_, err := cl.KeepAliveOnce(ctx, g)
+			return err
+		})
+	}
+	return workers, cleanup, nil
 }
 
 // etcdLockStep alternates a compare-and-put that takes key when nobody holds

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// step is one request of a client: a write or a keepalive. It returns nil
+// step is one request of a client: a write or a renewal. It returns nil
 // only when the request succeeded. A step is called by one goroutine at a
 // time and carries its own deadline.
 type step func(ctx context.Context) error

@@ -15,7 +15,7 @@ import (
 )
 
 func TestParseOptions_Modes(t *testing.T) {
-	all := []string{rowWrite, rowLock, rowKeepalive, rowSingle, rowFailover}
+	all := defaultRows
 	tests := []struct {
 		name    string
 		args    []string
@@ -25,7 +25,7 @@ func TestParseOptions_Modes(t *testing.T) {
 		{"soak alone runs no row", []string{"--soak", "30s"}, false, nil},
 		{"calm alone runs no row", []string{"--calm", "20s"}, false, nil},
 		{"watches alone run no row", []string{"--watches", "500"}, false, nil},
-		{"a mode with rows asked for", []string{"--soak", "30s", "--ops", "keepalive"}, false, []string{rowKeepalive}},
+		{"a mode with rows asked for", []string{"--soak", "30s", "--ops", "keepalive"}, false, []string{rowRenewal}},
 		{"fill keeps the rows", []string{"--fill", "5000"}, false, all},
 		{"modes measure elanous", []string{"--only", "etcd", "--soak", "1m"}, true, nil},
 		{"negative soak", []string{"--soak", "-1s"}, true, nil},
@@ -270,9 +270,16 @@ func TestTargets(t *testing.T) {
 	rep := &report{
 		Options: reportOptions{Kills: 20, RateSeconds: 60, CalmSeconds: 600},
 		Rows: []rowReport{
-			{rowSpec: rowSpec{ID: rowKeepalive}, Ratio: 1.6, Results: map[string]*stats{"elanous": {OpsPerSec: 16}}},
+			{rowSpec: rowSpec{ID: rowRenewal}, Ratio: 1.6, Results: map[string]*stats{"elanous": {OpsPerSec: 16}}},
+			{rowSpec: rowSpec{ID: rowWrite}, Ratio: 0.94, Results: map[string]*stats{"elanous": {OpsPerSec: 16}}},
+			{rowSpec: rowSpec{ID: rowLock}, Ratio: 0.86, Results: map[string]*stats{"elanous": {OpsPerSec: 16}}},
+			{rowSpec: rowSpec{ID: rowLoad}, Ratio: 1.2, Results: map[string]*stats{"elanous": {OpsPerSec: 16}}},
+			{rowSpec: rowSpec{ID: rowSingle}, Ratio: 0.8, P50Ratio: 1.15, Results: map[string]*stats{"elanous": {OpsPerSec: 16}}},
+			// Short of the offered rate: fails though its p99 is low.
+			{rowSpec: rowSpec{ID: rowOpen}, Ratio: 0.5, Results: map[string]*stats{"elanous": {TargetPerSec: 3500, OpsPerSec: 3400, P99Ms: 12}}},
 			{rowSpec: rowSpec{ID: rowFailover}, Ratio: 0.7, Results: map[string]*stats{"elanous": {GapMedianMs: 700, GapMaxMs: 900}}},
 		},
+		OpenRow: &openRowReport{Members: 50_000},
 		Scale: &scaleReport{Resources: 100_000, Leases: 50,
 			Peaks:           []nodePeak{{MaxRSSBytes: 200 << 20}, {MaxRSSBytes: 100 << 20, PeakRSSBytes: 300 << 20}},
 			EmptyHeartbeat:  &stats{OpsPerSec: 1000},
@@ -296,8 +303,13 @@ func TestTargets(t *testing.T) {
 		valuePrefix    string
 		mustNotContain string
 	}{
-		{"keepalive: elanous / best etcd", true, true, "1.60×", ""},
+		{"renewal: elanous / best etcd", true, true, "1.60×", ""},
+		{"write: elanous / best etcd", false, true, "0.94×", ""},
+		{"lock: elanous / best etcd", true, true, "0.86×", ""},
+		{"load: elanous / best etcd", true, true, "1.20×", ""},
+		{"single: elanous p50 / lower etcd p50", true, true, "1.15×", ""},
 		{"failover: median gap / best etcd's", false, true, "0.70×", ""},
+		{"open: elanous at the seed's cadence", false, true, "3,400/s of 3,500/s, p99 12.0 ms", ""},
 		{"failover: longest gap", true, true, "900 ms", ""},
 		{"scale: highest RSS of a node", false, true, "300.0 MiB", ""}, // the kernel's peak counts
 		{"scale: longest snapshot", false, false, "none taken", ""},
@@ -321,6 +333,18 @@ func TestTargets(t *testing.T) {
 	}
 	if len(got) != len(want) {
 		t.Errorf("targets gave %d figures, want %d", len(got), len(want))
+	}
+	ts := targets(rep)
+	for row, want := range map[string]string{
+		rowRenewal:  "≥ 1.50×: pass",
+		rowWrite:    "≥ 0.95×: fail",
+		rowFailover: "≤ 0.37×: fail; ≤ 1000 ms: pass",
+		rowOpen:     "offered rate sustained, p99 ≤ 50 ms: fail",
+		"nothing":   "—",
+	} {
+		if got := targetCell(ts, row); got != want {
+			t.Errorf("targetCell(%s) = %q, want %q", row, got, want)
+		}
 	}
 	rep.Soak.DurationSeconds = 30
 	for _, tg := range targets(rep) {

@@ -41,14 +41,14 @@ func printTable(w io.Writer, rep *report) {
 
 	cols := []string{"etcd 3.4", "etcd 3.6", "elanous"}
 	if len(rep.Rows) > 0 {
-		fmt.Fprintf(w, "\n| row | %s | elanous / best etcd |\n", strings.Join(cols, " | "))
-		fmt.Fprintf(w, "|---|%s---|\n", strings.Repeat("---|", len(cols)))
+		fmt.Fprintf(w, "\n| row | %s | elanous / best etcd | target |\n", strings.Join(cols, " | "))
+		fmt.Fprintf(w, "|---|%s---|---|\n", strings.Repeat("---|", len(cols)))
 		for _, row := range rep.Rows {
 			cells := []string{fmt.Sprintf("%s: %s", row.ID, row.Title)}
 			for _, c := range cols {
 				cells = append(cells, cell(row, row.Results[c]))
 			}
-			cells = append(cells, ratioCell(row))
+			cells = append(cells, ratioCell(row), targetCell(rep.Targets, row.ID))
 			fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 		}
 		fmt.Fprintf(w, "\nRows, etcd vs elanous:\n")
@@ -93,6 +93,13 @@ func cell(row rowReport, st *stats) string {
 	if row.ID == rowFailover {
 		return fmt.Sprintf("median %s · max %s ms", thousands(st.GapMedianMs), thousands(st.GapMaxMs))
 	}
+	if row.ID == rowOpen {
+		out := fmt.Sprintf("%s/s of %s/s · p50 %s · p99 %s ms", thousands(st.OpsPerSec), thousands(st.TargetPerSec), fmtMs(st.P50Ms), fmtMs(st.P99Ms))
+		if st.Errors > 0 || st.Dropped > 0 {
+			out += fmt.Sprintf(" · %d errors, %d dropped", st.Errors, st.Dropped)
+		}
+		return out
+	}
 	unit := "/s"
 	if row.Unit == "writes" {
 		unit = " writes/s"
@@ -115,6 +122,8 @@ func ratioCell(row rowReport) string {
 		return fmt.Sprintf("%.2f× median gap vs %s (below 1 is faster)", row.Ratio, vs)
 	case rowSingle:
 		return fmt.Sprintf("%.2f× ops/s vs %s; p50 %.2f× the lower etcd p50", row.Ratio, vs, row.P50Ratio)
+	case rowOpen:
+		return fmt.Sprintf("%.2f× p99 vs %s (below 1 is faster)", row.Ratio, vs)
 	}
 	return fmt.Sprintf("%.2f× vs %s", row.Ratio, vs)
 }
@@ -124,4 +133,27 @@ func fmtMs(v float64) string {
 		return fmt.Sprintf("%.2f", v)
 	}
 	return fmt.Sprintf("%.1f", v)
+}
+
+// targetCell is the bounds of a row's figures and whether each was met:
+// "≥ 1.50×: pass".
+func targetCell(ts []target, row string) string {
+	var parts []string
+	for _, t := range ts {
+		if t.Row != row {
+			continue
+		}
+		verdict := "fail"
+		switch {
+		case !t.Measured:
+			verdict = "not measured"
+		case t.Met:
+			verdict = "pass"
+		}
+		parts = append(parts, t.Bound+": "+verdict)
+	}
+	if len(parts) == 0 {
+		return "—"
+	}
+	return strings.Join(parts, "; ")
 }

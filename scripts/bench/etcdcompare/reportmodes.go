@@ -18,7 +18,7 @@ func printModes(w io.Writer, rep *report) {
 		printWatches(w, wr)
 	}
 	if sk := rep.Soak; sk != nil {
-		fmt.Fprintf(w, "\nSoak (elanous): the keepalive row's shape (%d clients, closed loop) for %.0f s, every node sampled every %.0f s: %s. Leader changes: %d; the term moved by %d.\n\n",
+		fmt.Fprintf(w, "\nSoak (elanous): the renewal row's shape (%d clients, closed loop) for %.0f s, every node sampled every %.0f s: %s. Leader changes: %d; the term moved by %d.\n\n",
 			rep.Options.Clients, sk.DurationSeconds, sk.SampleEverySeconds, loadCell(sk.Load), sk.LeaderChanges, sk.TermChange)
 		fmt.Fprintf(w, "| member | highest RSS (sampled) | peak RSS (kernel) | RSS at the end | highest raft.db | raft.db at the end | snapshots taken | longest | last_snapshot_index / last index | retained |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for i, p := range sk.Peaks {
@@ -41,6 +41,9 @@ func printModes(w io.Writer, rep *report) {
 				mib(c.Peaks[i].HighestRSS()), mib(c.Peaks[i].MaxDBBytes))
 		}
 	}
+	if or := rep.OpenRow; or != nil {
+		printOpenRow(w, rep, or)
+	}
 	if c := rep.Ceiling; c != nil {
 		printCeiling(w, rep, c)
 	}
@@ -62,9 +65,13 @@ func printModes(w io.Writer, rep *report) {
 
 func printScale(w io.Writer, rep *report, sc *scaleReport) {
 	fmt.Fprintf(w, "\nScale phase (elanous, %d resources, %d port leases held, one machine each):\n\n", sc.Resources, sc.Leases)
-	fmt.Fprintf(w, "- heartbeat, the keepalive row's shape (%d clients, closed loop): %s on the empty state, %s at %d resources: %.2f×\n",
+	fmt.Fprintf(w, "- heartbeat, the renewal row's shape (%d clients, closed loop): %s on the empty state, %s at %d resources: %.2f×\n",
 		rep.Options.Clients, loadCell(sc.EmptyHeartbeat), loadCell(sc.FilledHeartbeat), sc.Resources, sc.HeartbeatRatio)
-	fmt.Fprintf(w, "- open loop, each request on the next resource, %d connections: %s\n", rep.Options.OpenClients, openCell(sc.Open))
+	primed := ""
+	if sc.Primed > 0 {
+		primed = fmt.Sprintf(" (after one heartbeat of each of the %d resources it renews, in %.1f s, so its renewals are covered as in a steady state)", sc.Primed, sc.PrimeSeconds)
+	}
+	fmt.Fprintf(w, "- open loop, each request on the next resource, %d connections%s: %s\n", rep.Options.OpenClients, primed, openCell(sc.Open))
 	if len(sc.Snapshots) == 0 {
 		fmt.Fprintf(w, "- snapshots with %d resources: none completed within %.0f s after the load (raft last_snapshot_index: %s)\n", sc.Resources, sc.SnapshotWaitSeconds, indexCell(sc.LastSnapshotIndex))
 	} else {
@@ -78,13 +85,15 @@ func printScale(w io.Writer, rep *report, sc *scaleReport) {
 		fmt.Fprintf(w, "- follower restart: %s stopped %.0f ms after SIGTERM (log to %d, last snapshot at %d, %d snapshots on disk); served /v1/ready %.0f ms after its start; RSS then %s\n",
 			r.Node, r.StopMs, r.LastIndex, r.LastSnapshotIndex, r.SnapshotsOnDisk, r.ReadyMs, mib(r.RSSBytes))
 	}
-	fmt.Fprintf(w, "\n| member | RSS at rest | highest RSS (sampled) | peak RSS (kernel) | raft.db at rest | highest raft.db |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "\nEach node's footprint from the fill's end through the snapshot wait (the peak is VmHWM over that window, so it holds the spike of every snapshot the node took in it):\n")
+	fmt.Fprintf(w, "\n| member | RSS at rest | highest RSS (sampled) | peak RSS (kernel) | snapshots in the window | raft.db at rest | highest raft.db |\n|---|---|---|---|---|---|---|\n")
 	for i, p := range sc.Peaks {
 		var rest nodeSample
 		if i < len(sc.AtRest) {
 			rest = sc.AtRest[i]
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", p.Node, mib(rest.RSSBytes), mib(p.MaxRSSBytes), peakCell(p), mib(rest.DBBytes), mib(p.MaxDBBytes))
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", p.Node, mib(rest.RSSBytes), mib(p.MaxRSSBytes), peakCell(p),
+			snapshotsCell(sc.Snapshots, p.Node), mib(rest.DBBytes), mib(p.MaxDBBytes))
 	}
 }
 
@@ -182,5 +191,42 @@ func printCeiling(w io.Writer, rep *report, c *ceilingReport) {
 			need = fmt.Sprintf("%.0f%%", 150*best.OpsPerSec/c.Spread.OpsPerSec)
 		}
 		fmt.Fprintf(w, "| %s | %s | %.0f%% | %s |\n", row.ID, thousands(row.Results["elanous"].OpsPerSec), 100*f, need)
+	}
+}
+
+// snapshotsCell is how many of spans are node's, and the longest.
+func snapshotsCell(spans []snapshotSpan, node string) string {
+	n, longest := 0, 0.0
+	for _, sp := range spans {
+		if sp.Node == node {
+			n++
+			longest = max(longest, sp.DurationMs)
+		}
+	}
+	if n == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%d, longest %.0f ms", n, longest)
+}
+
+func printOpenRow(w io.Writer, rep *report, or *openRowReport) {
+	var mix []string
+	for _, k := range []eventKind{eventLoad, eventInstance, eventLease} {
+		if n := or.Mix[k.String()]; n > 0 {
+			mix = append(mix, fmt.Sprintf("%s %ss", thousands(float64(n)), k))
+		}
+	}
+	fmt.Fprintf(w, "\nOpen row (elanous): %d members (%s records), port leases per member: %d (their renewals spread over %d held), %d requests per member per 300 s: %s/s at the cadence; due within the %.0f s run: %s. %d instances and leases renewed once before the clock, in %.1f s.\n",
+		or.Members, or.Records, or.Leases, or.HeldLeases, or.PerCycle, thousands(or.CadencePerSec), rep.Options.RateSeconds, strings.Join(mix, ", "), or.Primed, or.PrimeSeconds)
+	if len(or.Peaks) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n| member | highest RSS (sampled) | peak RSS (kernel) | RSS at the end | highest raft.db | snapshots taken | longest |\n|---|---|---|---|---|---|---|\n")
+	for i, p := range or.Peaks {
+		var sn nodeSnapshots
+		if i < len(or.Snapshots) {
+			sn = or.Snapshots[i]
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %d | %s |\n", p.Node, mib(p.MaxRSSBytes), peakCell(p), mib(p.LastRSSBytes), mib(p.MaxDBBytes), sn.Taken, msCell(sn.MaxMs))
 	}
 }

@@ -17,12 +17,21 @@ import (
 
 // Row ids, in the order they run and print.
 const (
-	rowWrite     = "write"
-	rowLock      = "lock"
-	rowKeepalive = "keepalive"
-	rowSingle    = "single"
-	rowFailover  = "failover"
+	rowWrite    = "write"
+	rowLock     = "lock"
+	rowRenewal  = "renewal"
+	rowLoad     = "load"
+	rowOpen     = "open"
+	rowSingle   = "single"
+	rowFailover = "failover"
 )
+
+// defaultRows are the rows run when --ops is not given: every row but open,
+// which needs a population (--fill or --open-members).
+var defaultRows = []string{rowWrite, rowLock, rowRenewal, rowLoad, rowSingle, rowFailover}
+
+// rowAliases are row names --ops accepts for another row.
+var rowAliases = map[string]string{"keepalive": rowRenewal}
 
 // rowSpec describes one row of the comparison.
 type rowSpec struct {
@@ -30,14 +39,17 @@ type rowSpec struct {
 	Title   string `json:"title"`
 	Etcd    string `json:"etcd"`
 	Elanous string `json:"elanous"`
-	// Unit is what ops/s counts: "writes" or "ops".
+	// Unit is what ops/s counts: "writes" or "ops"; "open" for an open
+	// loop, "gap" for the failover row.
 	Unit string `json:"unit"`
 }
 
 var rowSpecs = []rowSpec{
 	{rowWrite, "one write, c=%d", "Put of one key per client", "POST /v1/resources/register of one resource per client (upsert)", "writes"},
 	{rowLock, "two writes, c=%d", "Txn if create_revision=0 put, then Txn if value=mine delete", "POST /v1/leases/port, then DELETE /v1/leases/port/{port}", "writes"},
-	{rowKeepalive, "keepalive, c=%d", "KeepAliveOnce on a granted lease (60 s)", "POST /v1/resources/{id}/heartbeat on a registered resource", "ops"},
+	{rowRenewal, "renewal, c=%d", "KeepAliveOnce on a granted lease (60 s)", "POST /v1/resources/{id}/heartbeat with {} on a registered resource (600 s TTL: covered after the first beat)", "ops"},
+	{rowLoad, "load heartbeat, c=%d", "Put of the member's load under a key attached to a granted lease", "POST /v1/resources/{id}/heartbeat with a new load attr on every beat (a write)", "writes"},
+	{rowOpen, "open loop at the seed's cadence", "Put with a lease for a load, KeepAliveOnce for a renewal", "load heartbeats, instance heartbeats {} and port-lease renewals, as members send them", "open"},
 	{rowSingle, "one client, one write at a time, to the leader", "Put", "POST /v1/resources/register", "writes"},
 	{rowFailover, "leader SIGKILL → next successful write, c=1", "Put through a surviving follower", "register through a surviving candidate", "gap"},
 }
@@ -75,6 +87,11 @@ type options struct {
 	calmFraction      float64
 	calmRate          float64
 	ceiling           bool
+
+	// The open row (--ops open).
+	openMembers int
+	openLeases  int
+	openRate    float64
 }
 
 // elanousModes reports whether an elanous-only measurement other than the
@@ -93,7 +110,20 @@ Rows (--ops):
   write      etcd Put vs elanous register (one write each), --clients clients
   lock       etcd Txn compare-and-put + Txn compare-and-delete vs elanous lease
              acquire + release (two writes each; writes/s)
-  keepalive  etcd KeepAliveOnce on a granted lease vs elanous resource heartbeat
+  renewal    etcd KeepAliveOnce on a granted lease vs elanous heartbeat {} on
+             a registered resource (600 s TTL: after the first beat its
+             replicated expiry covers the renewal, so no log entry); also
+             accepted as keepalive
+  load       etcd Put of a new load under a key attached to a granted lease vs
+             elanous heartbeat whose load attr changes on every beat (a write)
+  open       not by default: an open loop at the seed member's cadence over a
+             population of members (--fill N gives N/2 members, a machine and
+             an instance record each; --open-members M registers its own):
+             every 30 s a member heartbeats its machine with a new load,
+             renews each of its --open-leases port leases, and every 300 s
+             heartbeats its instance with {}; offered at that cadence's rate
+             (or --open-rate) for --rate-duration; achieved rate, p50, p99,
+             and on elanous each node's RSS and peak RSS meanwhile
   single     one client, one write at a time, to the leader (Put vs register)
   failover   SIGKILL the leader under a one-client write loop through a
              surviving member; the gap from the kill to the next successful
@@ -120,11 +150,11 @@ order):
              per candidate) for --watch-hold;
              each candidate's RSS, and how many were held, refused (429) or
              failed
-  --soak D   the keepalive row's shape for D; every node's RSS and raft.db size
+  --soak D   the renewal row's shape for D; every node's RSS and raft.db size
              sampled every --sample-every (highest of each, and the kernel's
              peak RSS), the rate, p50, p99 and the snapshots taken
-  --calm D   an open loop at --calm-fraction of the keepalive row's peak for D
-             (the peak is measured first when the keepalive row did not run);
+  --calm D   an open loop at --calm-fraction of the renewal row's peak for D
+             (the peak is measured first when the renewal row did not run);
              the leader changes each node counted
 
 The HTTP ceiling (--ceiling, after the systems): three processes of this
@@ -155,10 +185,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		fs.PrintDefaults()
 	}
 	fs.DurationVar(&o.duration, "duration", 6*time.Second, "how long each throughput row runs")
-	fs.IntVar(&o.clients, "clients", 32, "concurrent clients of the write, lock and keepalive rows, spread over the three members (at most 50: the lock row holds one port of the 50-port test band per client)")
+	fs.IntVar(&o.clients, "clients", 32, "concurrent clients of the write, lock and renewal rows, spread over the three members (at most 50: the lock row holds one port of the 50-port test band per client)")
 	fs.IntVar(&o.kills, "kills", 5, "leader kills in the failover row")
 	fs.StringVar(&o.only, "only", "", "run only one side: elanous or etcd")
-	fs.StringVar(&ops, "ops", strings.Join([]string{rowWrite, rowLock, rowKeepalive, rowSingle, rowFailover}, ","), "comma-separated rows to run")
+	fs.StringVar(&ops, "ops", strings.Join(defaultRows, ","), "comma-separated rows to run (keepalive is another name for renewal; open needs --fill or --open-members)")
 	fs.IntVar(&o.fill, "fill", 0, "before measuring, register this many resources (24 h TTL) in the elanous cluster and put as many keys in etcd")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON instead of a table")
 	fs.StringVar(&o.repo, "repo", "", "the elanous-node working tree to build (default: found from the current directory)")
@@ -176,10 +206,13 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.watches, "watches", 0, "blocking /v1/primary watches held on each candidate (0: none)")
 	fs.IntVar(&o.watchesPerAddress, "watches-per-address", 32, "watches on each candidate from one source address")
 	fs.DurationVar(&o.watchHold, "watch-hold", 15*time.Second, "how long the watches are held once open")
-	fs.DurationVar(&o.soak, "soak", 0, "soak: the keepalive row's shape for this long (0: none)")
+	fs.DurationVar(&o.soak, "soak", 0, "soak: the renewal row's shape for this long (0: none)")
+	fs.IntVar(&o.openMembers, "open-members", 0, "open row: members at the seed's cadence, each registering a machine and an instance record of its own (0: half the --fill records, a machine and an instance record each)")
+	fs.IntVar(&o.openLeases, "open-leases", 1, "open row: port leases each member renews every 30 s (the row holds at most --leases leases and spreads the renewals over them)")
+	fs.Float64Var(&o.openRate, "open-rate", 0, "open row: requests/s offered (0: the members' cadence)")
 	fs.BoolVar(&o.ceiling, "ceiling", false, "after the systems, measure the bare HTTP/1.1 ceiling in the rows' client shape")
 	fs.DurationVar(&o.calm, "calm", 0, "calm run: an open loop at --calm-fraction of the peak for this long, counting leader changes (0: none)")
-	fs.Float64Var(&o.calmFraction, "calm-fraction", 0.8, "calm run: the fraction of the keepalive row's peak offered")
+	fs.Float64Var(&o.calmFraction, "calm-fraction", 0.8, "calm run: the fraction of the renewal row's peak offered")
 	fs.Float64Var(&o.calmRate, "calm-rate", 0, "calm run: offer this many heartbeats/s instead of a fraction of the peak")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -217,6 +250,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		op = strings.TrimSpace(op)
 		if op == "" {
 			continue
+		}
+		if to, ok := rowAliases[op]; ok {
+			op = to
 		}
 		if !slices.ContainsFunc(rowSpecs, func(r rowSpec) bool { return r.ID == op }) {
 			errs = append(errs, fmt.Errorf("--ops: unknown row %q (want %s)", op, rowIDs()))
@@ -260,6 +296,12 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.calmRate < 0 {
 		errs = append(errs, errors.New("--calm-rate must not be negative"))
+	}
+	if o.openMembers < 0 || o.openLeases < 0 || o.openRate < 0 {
+		errs = append(errs, errors.New("--open-members, --open-leases and --open-rate must not be negative"))
+	}
+	if slices.Contains(o.ops, rowOpen) && o.openMembers == 0 && o.fill < 2 {
+		errs = append(errs, errors.New("--ops open needs a population: --fill of at least 2 records or --open-members"))
 	}
 	if o.only == "etcd" && o.elanousModes() {
 		errs = append(errs, errors.New("--watches, --soak and --calm measure elanous: not with --only etcd"))
@@ -321,7 +363,7 @@ type system interface {
 	// Fill writes n records with concurrency clients.
 	Fill(ctx context.Context, shape fillShape, n, clients int, progress func(done int)) error
 	// Workers prepares the clients of a throughput row: each step is one
-	// write or keepalive. single puts one client on the leader.
+	// write or renewal. single puts one client on the leader.
 	Workers(ctx context.Context, row string, clients int) ([]step, func(), error)
 	// Leader returns the index of the leading member.
 	Leader(ctx context.Context) (int, error)
@@ -355,6 +397,8 @@ type report struct {
 	Watches *watchReport `json:"watches,omitempty"`
 	Soak    *soakReport  `json:"soak,omitempty"`
 	Calm    *calmReport  `json:"calm,omitempty"`
+	// OpenRow is the open row's setup and elanous footprint, when it ran.
+	OpenRow *openRowReport `json:"openRow,omitempty"`
 	// Ceiling is the bare HTTP/1.1 ceiling, when asked for (--ceiling).
 	Ceiling *ceilingReport `json:"ceiling,omitempty"`
 	// Targets sets the figures measured beside the bounds the project holds
@@ -404,7 +448,8 @@ type rowReport struct {
 	// BestEtcd names the etcd column the ratio is taken against.
 	BestEtcd string `json:"bestEtcd,omitempty"`
 	// Ratio is elanous / best etcd: of ops/s for throughput rows (higher is
-	// better for elanous), of the median gap for failover (lower is better).
+	// better for elanous), of the median gap for failover and of the p99 for
+	// the open row (lower is better; the best etcd is the lower one).
 	Ratio float64 `json:"ratio,omitempty"`
 	// P50Ratio is elanous p50 / the lower etcd p50 on the single row.
 	P50Ratio float64 `json:"p50Ratio,omitempty"`
@@ -429,8 +474,11 @@ func run(ctx context.Context, args []string) error {
 	if o.watches > 0 {
 		rep.Options.WatchesPerAddress = o.watchesPerAddress
 	}
-	if o.calm > 0 || (o.fill > 0 && o.scale) {
+	if o.calm > 0 || (o.fill > 0 && o.scale) || slices.Contains(o.ops, rowOpen) {
 		rep.Options.OpenClients = o.openClients
+	}
+	if slices.Contains(o.ops, rowOpen) {
+		rep.Options.RateSeconds = o.rateDuration.Seconds()
 	}
 	if o.calm > 0 {
 		rep.Options.CalmFraction = o.calmFraction
@@ -541,7 +589,7 @@ func measureSystem(ctx context.Context, s system, o options, rep *report, pr *pr
 	if scale {
 		pr.logf("elanous: scale: the heartbeat row's shape on the empty state, before the fill")
 		var err error
-		if empty, err = runRow(ctx, s, rowKeepalive, o.clients, o.duration, pr); err != nil {
+		if empty, err = runRow(ctx, s, rowRenewal, o.clients, o.duration, pr); err != nil {
 			return fmt.Errorf("heartbeat on the empty state: %w", err)
 		}
 	}
@@ -576,10 +624,16 @@ func measureSystem(ctx context.Context, s system, o options, rep *report, pr *pr
 		row := &rep.Rows[i]
 		var st *stats
 		var err error
-		if row.ID == rowFailover {
+		switch row.ID {
+		case rowFailover:
 			beforeKills = s.Usage()
 			st, err = runFailover(ctx, s, o.kills, pr)
-		} else {
+		case rowOpen:
+			rr := &openRowReport{}
+			if st, err = runOpenRow(ctx, s, o, rr, pr); err == nil && isElanous {
+				rep.OpenRow = rr
+			}
+		default:
 			clients := o.clients
 			if row.ID == rowSingle {
 				clients = 1
@@ -627,7 +681,7 @@ func measureElanous(ctx context.Context, s *elanousSystem, o options, rep *repor
 	if o.calm > 0 {
 		var peak float64
 		for _, row := range rep.Rows {
-			if st := row.Results[s.Name()]; row.ID == rowKeepalive && st != nil {
+			if st := row.Results[s.Name()]; row.ID == rowRenewal && st != nil {
 				peak = st.OpsPerSec
 			}
 		}
@@ -671,7 +725,8 @@ func computeRatios(rep *report) {
 				continue
 			}
 			if best == nil || (row.ID == rowFailover && st.GapMedianMs < best.GapMedianMs) ||
-				(row.ID != rowFailover && st.OpsPerSec > best.OpsPerSec) {
+				(row.ID == rowOpen && st.P99Ms < best.P99Ms) ||
+				(row.ID != rowFailover && row.ID != rowOpen && st.OpsPerSec > best.OpsPerSec) {
 				best, row.BestEtcd = st, name
 			}
 		}
@@ -681,6 +736,14 @@ func computeRatios(rep *report) {
 		if row.ID == rowFailover {
 			if best.GapMedianMs > 0 {
 				row.Ratio = el.GapMedianMs / best.GapMedianMs
+			}
+			continue
+		}
+		if row.ID == rowOpen {
+			// Both sides are offered the same rate: the p99 is what
+			// differs (lower is better).
+			if best.P99Ms > 0 {
+				row.Ratio = el.P99Ms / best.P99Ms
 			}
 			continue
 		}

@@ -14,7 +14,12 @@ func TestParseOptions(t *testing.T) {
 		wantErr bool
 		wantOps []string
 	}{
-		{"defaults", nil, false, []string{rowWrite, rowLock, rowKeepalive, rowSingle, rowFailover}},
+		{"defaults", nil, false, defaultRows},
+		{"keepalive is the renewal row", []string{"--ops", "keepalive,renewal,load"}, false, []string{rowRenewal, rowLoad}},
+		{"open needs a population", []string{"--ops", "open"}, true, nil},
+		{"open over a fill", []string{"--ops", "open", "--fill", "100"}, false, []string{rowOpen}},
+		{"open over its own members", []string{"--ops", "open", "--open-members", "10"}, false, []string{rowOpen}},
+		{"negative open leases", []string{"--ops", "open", "--open-members", "10", "--open-leases", "-1"}, true, nil},
 		{"subset keeps order given, drops repeats", []string{"--ops", "single, write,single"}, false, []string{rowSingle, rowWrite}},
 		{"unknown row", []string{"--ops", "write,bogus"}, true, nil},
 		{"empty ops", []string{"--ops", ","}, true, nil},
@@ -46,6 +51,8 @@ func TestComputeRatios(t *testing.T) {
 		{rowSpec: rowSpec{ID: rowFailover}, Results: map[string]*stats{
 			"etcd 3.4": {GapMedianMs: 1400}, "etcd 3.6": {GapMedianMs: 1000}, "elanous": {GapMedianMs: 500}}},
 		{rowSpec: rowSpec{ID: rowLock}, Results: map[string]*stats{"elanous": {OpsPerSec: 100}}},
+		{rowSpec: rowSpec{ID: rowOpen}, Results: map[string]*stats{
+			"etcd 3.4": {OpsPerSec: 3500, P99Ms: 8}, "etcd 3.6": {OpsPerSec: 3400, P99Ms: 4}, "elanous": {OpsPerSec: 3500, P99Ms: 12}}},
 	}}
 	computeRatios(rep)
 	want := []struct {
@@ -56,6 +63,7 @@ func TestComputeRatios(t *testing.T) {
 		{"etcd 3.4", 0.5, 4}, // best by ops/s; p50 against the lower etcd p50
 		{"etcd 3.6", 0.5, 0}, // the lower median gap is the better etcd
 		{"", 0, 0},           // no etcd: no ratio
+		{"etcd 3.6", 3, 0},   // the open row: the lower p99 is the better etcd
 	}
 	for i, w := range want {
 		r := rep.Rows[i]

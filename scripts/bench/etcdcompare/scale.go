@@ -29,7 +29,7 @@ type scaleReport struct {
 	// AtRest is each node's footprint once the fill is done and the leases
 	// are held, before any load.
 	AtRest []nodeSample `json:"atRest"`
-	// EmptyHeartbeat is the keepalive row's shape (closed loop, --clients
+	// EmptyHeartbeat is the renewal row's shape (closed loop, --clients
 	// clients) on the empty state before the fill; FilledHeartbeat the same
 	// after it; HeartbeatRatio filled / empty.
 	EmptyHeartbeat  *stats  `json:"emptyHeartbeat"`
@@ -38,6 +38,13 @@ type scaleReport struct {
 	// Open is the open loop: --rate heartbeats/s for --rate-duration, each on
 	// the next of the N resources.
 	Open *stats `json:"openLoop"`
+	// Primed is how many of the N resources were heartbeat once before the
+	// open loop's clock (every one it renews, with --fill-shape instance),
+	// in PrimeSeconds: the first renewal after a register is a write with
+	// the slack, and from then on a renewal is covered, as a member's is in
+	// its steady state.
+	Primed       int     `json:"primed,omitempty"`
+	PrimeSeconds float64 `json:"primeSeconds,omitempty"`
 	// Snapshots are those started after the fill (with N resources in the
 	// state); SnapshotWaitSeconds how long the phase waited for them after
 	// the load, and LastSnapshotIndex each node's raft last_snapshot_index
@@ -131,12 +138,12 @@ type heldLease struct {
 }
 
 // holdLeases acquires n port leases through the leader, each for a machine of
-// its own (a machine may hold at most a quarter of the band), with the longest
-// TTL, so they stay held without renewals. release gives them back.
-func (s *elanousSystem) holdLeases(ctx context.Context, n int) (release func(context.Context) error, err error) {
+// its own named prefix-i (a machine may hold at most a quarter of the band),
+// with TTL ttlMs. release gives them back.
+func (s *elanousSystem) holdLeases(ctx context.Context, n int, prefix string, ttlMs int64) (leases []heldLease, release func(context.Context) error, err error) {
 	l, err := s.Leader(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c := &elClient{url: s.nodes[l].url, token: s.token, http: newHTTPClient(), timeout: requestTimeout}
 	var held []heldLease
@@ -153,18 +160,18 @@ func (s *elanousSystem) holdLeases(ctx context.Context, n int) (release func(con
 		return errors.Join(errs...)
 	}
 	for i := range n {
-		body, err := json.Marshal(wire.AcquireRequest{Machine: fmt.Sprintf("scale-%d", i), Purpose: "bench-scale", TTLMs: wire.MaxLeaseTTLMs})
+		body, err := json.Marshal(wire.AcquireRequest{Machine: fmt.Sprintf("%s-%d", prefix, i), Purpose: "bench-" + prefix, TTLMs: ttlMs})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		var pl wire.PortLease
 		if err := c.do(ctx, http.MethodPost, "/v1/leases/port", body, nil, http.StatusCreated, &pl); err != nil {
 			_ = release(ctx)
-			return nil, fmt.Errorf("acquire lease %d of %d: %w", i+1, n, err)
+			return nil, nil, fmt.Errorf("acquire lease %d of %d: %w", i+1, n, err)
 		}
 		held = append(held, heldLease{port: pl.Port, leaseID: pl.LeaseID})
 	}
-	return release, nil
+	return held, release, nil
 }
 
 // openHeartbeats runs an open loop of heartbeats at rate for d over clients
@@ -317,7 +324,7 @@ func runScale(ctx context.Context, s *elanousSystem, o options, empty *stats, fi
 
 	if o.leases > 0 {
 		pr.logf("elanous: scale: holding %d port leases, one machine each", o.leases)
-		release, err := s.holdLeases(ctx, o.leases)
+		_, release, err := s.holdLeases(ctx, o.leases, "scale", wire.MaxLeaseTTLMs)
 		if err != nil {
 			return nil, err
 		}
@@ -332,7 +339,7 @@ func runScale(ctx context.Context, s *elanousSystem, o options, empty *stats, fi
 		pr.logf("elanous: scale: %s at rest with %d resources and %d leases: RSS %s, raft.db %s", n.Node, o.fill, o.leases, mib(n.RSSBytes), mib(n.DBBytes))
 	}
 
-	st, err := runRow(ctx, s, rowKeepalive, o.clients, o.duration, pr)
+	st, err := runRow(ctx, s, rowRenewal, o.clients, o.duration, pr)
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat at %d resources: %w", o.fill, err)
 	}
@@ -342,6 +349,23 @@ func runScale(ctx context.Context, s *elanousSystem, o options, empty *stats, fi
 		pr.logf("elanous: scale: heartbeat at %d resources %s/s, on the empty state %s/s: %.2f×", o.fill, thousands(st.OpsPerSec), thousands(empty.OpsPerSec), rep.HeartbeatRatio)
 	}
 
+	if o.fillShape == shapeInstance {
+		// Machine records publish a new load on every beat: each is a write
+		// whatever came before, so only renewals are primed.
+		n := min(o.fill, schedule{rate: o.rate, d: o.rateDuration}.total())
+		pr.logf("elanous: scale: priming: one heartbeat of each of the %d resources the open loop renews", n)
+		t0 := time.Now()
+		cs := s.clients(o.clients, -1, requestTimeout)
+		err := runParallel(ctx, n, o.clients, func(ctx context.Context, w, i int) error {
+			return retry(ctx, 3, func(ctx context.Context) error { return cs[w].heartbeat(ctx, o.fillShape.id(i)) })
+		}, nil)
+		closeIdle(cs)
+		if err != nil {
+			return nil, fmt.Errorf("prime the open loop: %w", err)
+		}
+		rep.Primed, rep.PrimeSeconds = n, time.Since(t0).Seconds()
+		pr.logf("elanous: scale: primed %d resources in %.1fs (%s/s)", n, rep.PrimeSeconds, thousands(float64(n)/rep.PrimeSeconds))
+	}
 	pr.logf("elanous: scale: open loop of %s heartbeats/s for %s over the %d resources, %d connections", thousands(o.rate), o.rateDuration, o.fill, o.openClients)
 	rep.Open, err = s.openHeartbeats(ctx, o.rate, o.rateDuration, o.openClients, func(k int) (string, []byte) {
 		return o.fillShape.id(k % o.fill), o.fillShape.heartbeat(k%o.fill, k)

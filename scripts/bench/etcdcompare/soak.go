@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// soakReport is the soak: the keepalive row's shape (closed loop, --clients
+// soakReport is the soak: the renewal row's shape (closed loop, --clients
 // clients over the three candidates, each heartbeating its own resource)
 // for --soak, with every node's RSS and raft.db size sampled throughout.
 type soakReport struct {
@@ -77,7 +77,7 @@ func footprintLine(ps []nodePeak) string {
 // runSoak runs the soak on the elanous cluster.
 func runSoak(ctx context.Context, s *elanousSystem, o options, pr *printer) (*soakReport, error) {
 	pr.logf("elanous: soak: %d clients heartbeating for %s, sampling every %s", o.clients, o.soak, o.sampleEvery)
-	steps, cleanup, err := s.Workers(ctx, rowKeepalive, o.clients)
+	steps, cleanup, err := s.Workers(ctx, rowRenewal, o.clients)
 	if err != nil {
 		return nil, err
 	}
@@ -125,11 +125,11 @@ func runSoak(ctx context.Context, s *elanousSystem, o options, pr *printer) (*so
 }
 
 // calmReport is the calm run: an open loop of heartbeats at a fraction of
-// the keepalive row's peak for --calm, counting leader changes.
+// the renewal row's peak for --calm, counting leader changes.
 type calmReport struct {
-	// PeakPerSec is the keepalive row's rate the load is a fraction of;
-	// PeakFrom says where it came from: "keepalive row", "measured" (a
-	// keepalive run of --duration before the calm run) or "--calm-rate".
+	// PeakPerSec is the renewal row's rate the load is a fraction of;
+	// PeakFrom says where it came from: "renewal row", "measured" (a
+	// renewal run of --duration before the calm run) or "--calm-rate".
 	PeakPerSec float64 `json:"peakPerSec"`
 	PeakFrom   string  `json:"peakFrom"`
 	Fraction   float64 `json:"fraction"`
@@ -233,15 +233,15 @@ func (s *elanousSystem) registerBench(ctx context.Context, n int) error {
 	return nil
 }
 
-// runCalm runs the calm run; peak is the keepalive row's elanous rate when
+// runCalm runs the calm run; peak is the renewal row's elanous rate when
 // that row ran (0 otherwise: it is measured first).
 func runCalm(ctx context.Context, s *elanousSystem, o options, peak float64, pr *printer) (*calmReport, error) {
-	rep := &calmReport{PeakPerSec: peak, PeakFrom: "keepalive row", Fraction: o.calmFraction}
+	rep := &calmReport{PeakPerSec: peak, PeakFrom: "renewal row", Fraction: o.calmFraction}
 	switch {
 	case o.calmRate > 0:
 		rep.PeakPerSec, rep.PeakFrom, rep.Fraction = o.calmRate, "--calm-rate", 1
 	case peak == 0:
-		st, err := runRow(ctx, s, rowKeepalive, o.clients, o.duration, pr)
+		st, err := runRow(ctx, s, rowRenewal, o.clients, o.duration, pr)
 		if err != nil {
 			return nil, fmt.Errorf("measure the peak: %w", err)
 		}

@@ -26,6 +26,9 @@ type Options struct {
 	// Timeout bounds each porcupine check; a check that runs out counts as
 	// not proven linearizable.
 	Timeout time.Duration
+	// Clock maps answered expiresAt onto the history's clock for
+	// CheckRenewals; without WallStartMs only its send-time rules run.
+	Clock Clock
 }
 
 // Result is the verdict on one history.
@@ -39,7 +42,8 @@ type Result struct {
 }
 
 // Check runs every checker on h: porcupine on the lease table and on the
-// resource table, the lease-interval check and the generation check.
+// resource table, the lease-interval check, the generation check and the
+// renewal check.
 // Violations found by other means (state hashes, logs) are the caller's.
 func Check(h []Op, opt Options) Result {
 	if opt.Timeout == 0 {
@@ -79,6 +83,7 @@ func Check(h []Op, opt Options) Result {
 	}
 	res.Violations = append(res.Violations, CheckLeaseIntervals(h)...)
 	res.Violations = append(res.Violations, CheckGenerations(h)...)
+	res.Violations = append(res.Violations, CheckRenewals(h, opt.Clock)...)
 	iv, notes := CheckIdempotency(h)
 	res.Violations = append(res.Violations, iv...)
 	res.Notes = append(res.Notes, notes...)

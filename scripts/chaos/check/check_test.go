@@ -143,11 +143,12 @@ func TestCheck_ShortLeaseMayExpire(t *testing.T) {
 	if !res.Linearizable || len(res.Violations) > 0 {
 		t.Errorf("Check(expired short lease regranted) = %v %v, want ok", res.Linearizable, res.Violations)
 	}
-	// The same regrant inside lease-a's TTL is an overlap in real time.
+	// The same regrant inside lease-a's TTL is an overlap in real time, and
+	// lease-a seen gone before its promise ran out.
 	b = acquire(1, 20, 30, 31450, "lease-b")
 	res = Check([]Op{a, b}, Options{Timeout: 10 * time.Second})
-	if got := kinds(res.Violations); got != "lease-overlap" {
-		t.Errorf("Check(short lease regranted early) violations = %q, want lease-overlap", got)
+	if got := kinds(res.Violations); got != "lease-overlap,renewal-expired-early" {
+		t.Errorf("Check(short lease regranted early) violations = %q, want lease-overlap,renewal-expired-early", got)
 	}
 }
 

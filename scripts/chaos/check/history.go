@@ -21,12 +21,17 @@ const (
 	ResDelete    Kind = "res-delete"    // DELETE /v1/resources/{id}
 	ResRead      Kind = "res-read"      // GET /v1/resources?consistent=true
 	PrimaryPoll  Kind = "primary"       // GET /v1/primary
+
+	// A renewal member's own record (RenewerID), kept out of the resource
+	// model: its TTL is short, and the model has no clock.
+	RenewRegister  Kind = "renew-register"  // POST /v1/resources/register
+	RenewHeartbeat Kind = "renew-heartbeat" // POST /v1/resources/{id}/heartbeat
 )
 
 // IsWrite reports whether an operation of kind k changes replicated state.
 func (k Kind) IsWrite() bool {
 	switch k {
-	case LeaseAcquire, LeaseRenew, LeaseRelease, ResRegister, ResHeartbeat, ResDelete:
+	case LeaseAcquire, LeaseRenew, LeaseRelease, ResRegister, ResHeartbeat, ResDelete, RenewRegister, RenewHeartbeat:
 		return true
 	}
 	return false
@@ -85,6 +90,15 @@ type Op struct {
 	Value     string // the attr value written (register "w", heartbeat "hb")
 	Resources []wire.Resource
 
+	// ExpiresAt is the expiresAt an acknowledged grant, register, heartbeat
+	// or lease renewal answered (Unix ms at the answering leader's cluster
+	// time; 0 when none). Wrote tells that the answer carried
+	// X-Elanous-Index: the renewal was written, not answered from confirmed
+	// state. Renewer marks a renewal member's operation.
+	ExpiresAt int64 `json:",omitempty"`
+	Wrote     bool  `json:",omitempty"`
+	Renewer   bool  `json:",omitempty"`
+
 	// Generation observed: a grant's generation, a consistent read's
 	// X-Elanous-Generation, or /v1/primary's generation when Known.
 	Generation uint64
@@ -97,7 +111,7 @@ func (o Op) String() string {
 	switch o.Kind {
 	case LeaseAcquire, LeaseRenew, LeaseRelease:
 		s += fmt.Sprintf(" port=%d lease=%s", o.Port, short(o.LeaseID))
-	case ResRegister, ResHeartbeat, ResDelete:
+	case ResRegister, ResHeartbeat, ResDelete, RenewRegister, RenewHeartbeat:
 		s += fmt.Sprintf(" id=%s v=%s", o.ResID, o.Value)
 	}
 	return s + fmt.Sprintf(" -> %s %d %s", o.Outcome, o.Status, o.Code)
@@ -115,6 +129,16 @@ const (
 	AttrWrite     = "w"  // set by register
 	AttrHeartbeat = "hb" // set by heartbeat
 )
+
+// RenewerIDPrefix starts the ids of the renewal members' records
+// (RenewerID); the resource model leaves them out.
+const RenewerIDPrefix = "instance:chaos-renew-"
+
+// RenewerID is renewal member i's record, and RenewerMachine its machine.
+func RenewerID(i int) string { return fmt.Sprintf("%s%d/1", RenewerIDPrefix, i) }
+
+// RenewerMachine is the machine renewal member i registers and leases for.
+func RenewerMachine(i int) string { return fmt.Sprintf("chaos-renew-%d", i) }
 
 // Infinity is the return time of an indeterminate operation: porcupine may
 // linearize it at any point after its call, including never.

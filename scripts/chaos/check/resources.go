@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/anishathalye/porcupine"
 	"github.com/elanous/elanous-node/api/wire"
@@ -129,11 +130,13 @@ func resStateOf(r wire.Resource) resState {
 func resourceOperations(h []Op) []porcupine.Operation {
 	idSet := map[string]bool{}
 	for _, o := range h {
-		if o.ResID != "" {
+		if o.ResID != "" && !strings.HasPrefix(o.ResID, RenewerIDPrefix) {
 			idSet[o.ResID] = true
 		}
 		for _, r := range o.Resources {
-			idSet[r.ID] = true
+			if !strings.HasPrefix(r.ID, RenewerIDPrefix) {
+				idSet[r.ID] = true
+			}
 		}
 	}
 	ids := make([]string, 0, len(idSet))

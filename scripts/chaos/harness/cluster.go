@@ -190,6 +190,15 @@ func makeTLS(bin, dir string, ips []string) (*tls.Config, error) {
 // nil for a plaintext cluster.
 func (c *Cluster) ClientTLS() *tls.Config { return c.tls }
 
+// CAFile returns the path of the cluster CA's certificate (PEM), or "" for
+// a plaintext cluster.
+func (c *Cluster) CAFile() string {
+	if c.tls == nil || c.cfg.Dir == "" {
+		return ""
+	}
+	return filepath.Join(c.cfg.Dir, "tls", "ca.pem")
+}
+
 // Attach returns a Cluster over nodes started by someone else (containers):
 // only its status methods work. tlsConfig, when not nil, is how clients
 // verify the nodes (https:// urls); ClientTLS returns it.
@@ -371,6 +380,25 @@ func (c *Cluster) Status(ctx context.Context, i int) (wire.ClusterStatus, error)
 		return st, fmt.Errorf("%s: status %d: %s", c.Nodes[i].Name, resp.StatusCode, strings.TrimSpace(string(body)))
 	}
 	return st, json.Unmarshal(body, &st)
+}
+
+// Metrics reads node i's /metrics (Prometheus text) with the query token.
+func (c *Cluster) Metrics(ctx context.Context, i int) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Nodes[i].URL+"/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Tokens.Query)
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s: /metrics: status %d", c.Nodes[i].Name, resp.StatusCode)
+	}
+	return string(body), err
 }
 
 // Statuses reads every node's status concurrently; a node that did not answer

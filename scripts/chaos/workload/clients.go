@@ -85,8 +85,12 @@ func (c *client) leases(ctx context.Context) {
 }
 
 func (c *client) acquire(ctx context.Context, purpose string, ttl time.Duration, short bool) check.Op {
+	return c.acquireAs(ctx, fmt.Sprintf("chaos-m%d", c.id), purpose, ttl, short)
+}
+
+func (c *client) acquireAs(ctx context.Context, machine, purpose string, ttl time.Duration, short bool) check.Op {
 	t := c.target()
-	body := wire.AcquireRequest{Machine: fmt.Sprintf("chaos-m%d", c.id), Purpose: purpose, TTLMs: ttl.Milliseconds()}
+	body := wire.AcquireRequest{Machine: machine, Purpose: purpose, TTLMs: ttl.Milliseconds()}
 	call := c.w.Rec.Now()
 	r := c.do(ctx, t, http.MethodPost, "/v1/leases/port", body, writeTimeout, map[string]string{wire.HeaderIdempotencyKey: purpose})
 	o := check.Op{Kind: check.LeaseAcquire, Purpose: purpose, TTLMs: ttl.Milliseconds(), Short: short,
@@ -96,7 +100,7 @@ func (c *client) acquire(ctx context.Context, purpose string, ttl time.Duration,
 		if err := json.Unmarshal(r.body, &l); err != nil || l.LeaseID == "" {
 			o.Outcome = check.Indeterminate
 		} else {
-			o.Port, o.LeaseID, o.Generation = l.Port, l.LeaseID, l.Generation
+			o.Port, o.LeaseID, o.Generation, o.ExpiresAt = l.Port, l.LeaseID, l.Generation, l.ExpiresAt
 			o.Leases = []wire.PortLease{l}
 		}
 	}
@@ -113,6 +117,10 @@ func (c *client) renew(ctx context.Context, h held) check.Op {
 		map[string]string{wire.HeaderPortLeaseID: h.leaseID})
 	o := check.Op{Kind: check.LeaseRenew, Port: h.port, LeaseID: h.leaseID, TTLMs: h.ttl.Milliseconds(), Short: h.short,
 		Outcome: classify(r, http.StatusOK)}
+	var hb wire.LeaseHeartbeatResponse
+	if o.Outcome == check.OK && json.Unmarshal(r.body, &hb) == nil {
+		o.ExpiresAt, o.Wrote = hb.ExpiresAt, r.header.Get(wire.HeaderIndex) != ""
+	}
 	return c.record(o, t, call, r)
 }
 

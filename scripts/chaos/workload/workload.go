@@ -50,6 +50,10 @@ type Config struct {
 	Seed uint64
 	// TLS is the client configuration for an HTTPS cluster; nil for plaintext.
 	TLS *tls.Config
+	// Renewers is the number of renewal members (renewers.go) running beside
+	// the clients; RenewTTL is their records' and leases' TTL (default 4 s).
+	Renewers int
+	RenewTTL time.Duration
 }
 
 // Long TTLs: longer than any run, so these records never expire and the
@@ -80,13 +84,17 @@ func ResourceIDs() []string {
 
 // Recorder collects operations from concurrent clients.
 type Recorder struct {
-	start time.Time
+	start time.Time // with its monotonic reading
 	mu    sync.Mutex
 	ops   []check.Op // guarded by mu
 }
 
 // NewRecorder starts the monotonic clock operations are timed with.
 func NewRecorder() *Recorder { return &Recorder{start: time.Now()} }
+
+// WallStartMs is the wall clock (Unix ms) at the recorder's time 0, for
+// check.Clock.
+func (r *Recorder) WallStartMs() int64 { return r.start.UnixMilli() }
 
 // Now is the recorder's monotonic time in nanoseconds.
 func (r *Recorder) Now() int64 { return int64(time.Since(r.start)) }
@@ -123,6 +131,9 @@ func New(cfg Config, rec *Recorder) *Workload {
 	if cfg.Pace == 0 {
 		cfg.Pace = 50 * time.Millisecond
 	}
+	if cfg.RenewTTL == 0 {
+		cfg.RenewTTL = 4 * time.Second
+	}
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 500 * time.Millisecond}).DialContext,
 		MaxIdleConnsPerHost: 16,
@@ -135,6 +146,9 @@ func New(cfg Config, rec *Recorder) *Workload {
 // Run runs every client until ctx is done and waits for them to stop.
 func (w *Workload) Run(ctx context.Context) {
 	var wg sync.WaitGroup
+	if w.cfg.Renewers > 0 {
+		wg.Go(func() { w.runRenewers(ctx) })
+	}
 	for i := 0; i < w.cfg.Clients; i++ {
 		c := &client{w: w, id: i, rng: rand.New(rand.NewPCG(w.cfg.Seed, uint64(i)))}
 		wg.Add(1)
@@ -168,10 +182,11 @@ func (w *Workload) FinalRead(ctx context.Context, t int) ([]wire.PortLease, []wi
 }
 
 type client struct {
-	w   *Workload
-	id  int
-	rng *rand.Rand
-	seq int
+	w       *Workload
+	id      int
+	rng     *rand.Rand
+	seq     int
+	renewer bool // a renewal member: its operations are marked Renewer
 }
 
 func (c *client) pause(ctx context.Context, mean time.Duration) bool {
@@ -271,7 +286,7 @@ func classify(r response, okStatus int) check.Outcome {
 
 func (c *client) record(o check.Op, t int, call int64, r response) check.Op {
 	tg := c.w.cfg.Targets[t]
-	o.Client, o.Node, o.Call, o.Return = c.id, tg.Name, call, c.w.Rec.Now()
+	o.Client, o.Node, o.Call, o.Return, o.Renewer = c.id, tg.Name, call, c.w.Rec.Now(), c.renewer
 	if tg.Epoch != nil {
 		o.Epoch = tg.Epoch()
 	}

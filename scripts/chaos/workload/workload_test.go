@@ -31,6 +31,9 @@ type fakeServer struct {
 	stale     bool
 	snapshot  []wire.PortLease
 	snapAt    time.Time
+	// early makes the server expire resources this long before the
+	// expiresAt it answered.
+	early time.Duration
 }
 
 func newFake() *fakeServer {
@@ -44,6 +47,11 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for p, l := range f.leases {
 		if l.ExpiresAt <= now {
 			delete(f.leases, p)
+		}
+	}
+	for id, res := range f.resources {
+		if res.ExpiresAt != 0 && res.ExpiresAt-f.early.Milliseconds() <= now {
+			delete(f.resources, id)
 		}
 	}
 	w.Header().Set(wire.HeaderGeneration, "7")
@@ -115,7 +123,7 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "/v1/resources/register":
 		var req wire.RegisterRequest
 		_ = json.NewDecoder(r.Body).Decode(&req)
-		res := wire.Resource{ID: req.ID, Kind: req.Kind, Attrs: req.Attrs, Owner: ownerOf(r)}
+		res := wire.Resource{ID: req.ID, Kind: req.Kind, Attrs: req.Attrs, Owner: ownerOf(r), TTLMs: req.TTLMs, ExpiresAt: now + req.TTLMs}
 		f.resources[req.ID] = res
 		reply(200, res)
 	case path == "/v1/resources" && r.Method == http.MethodGet:
@@ -147,8 +155,9 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			attrs[k] = v
 		}
 		res.Attrs = attrs
+		res.ExpiresAt = now + res.TTLMs
 		f.resources[id] = res
-		reply(200, wire.HeartbeatResponse{ID: id})
+		reply(200, wire.HeartbeatResponse{ID: id, ExpiresAt: res.ExpiresAt})
 	default:
 		fail(404, wire.CodeNotFound)
 	}
@@ -156,19 +165,27 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func runAgainst(t *testing.T, f *fakeServer, d time.Duration) []check.Op {
 	t.Helper()
+	h, _ := runRenewersAgainst(t, f, d, 0)
+	return h
+}
+
+// runRenewersAgainst runs the workload with renewers renewal members on a
+// 400 ms TTL beside the clients; it returns the history and its clock.
+func runRenewersAgainst(t *testing.T, f *fakeServer, d time.Duration, renewers int) ([]check.Op, check.Clock) {
+	t.Helper()
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
 	rec := NewRecorder()
 	w := New(Config{Targets: []Target{{Name: "fake", URL: srv.URL}}, Clients: 9, ShortTTL: 300 * time.Millisecond,
 		Tokens: wire.TokensFile{Member: strings.Repeat("ab", 32), Query: strings.Repeat("cd", 32)},
-		Pace:   5 * time.Millisecond, Seed: 1}, rec)
+		Pace:   5 * time.Millisecond, Seed: 1, Renewers: renewers, RenewTTL: 400 * time.Millisecond}, rec)
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	w.Run(ctx)
 	if _, _, err := w.FinalRead(context.Background(), 0); err != nil {
 		t.Fatalf("FinalRead() = %v", err)
 	}
-	return rec.Ops()
+	return rec.Ops(), check.Clock{WallStartMs: rec.WallStartMs(), Skews: []time.Duration{0}}
 }
 
 // ownerOf is the owner the server stamps: the bearer token's fingerprint.
@@ -215,5 +232,34 @@ func TestWorkload_StaleReadsAreCaught(t *testing.T) {
 func TestEncodeID(t *testing.T) {
 	if got, want := encodeID("instance:host/1 a"), "instance%3Ahost%2F1%20a"; got != want {
 		t.Errorf("encodeID() = %q, want %q", got, want)
+	}
+}
+
+// Renewal members against a correct server pass the whole check; against
+// one that expires records 150 ms before the expiresAt it answered, the
+// renewal check catches the early expiry.
+func TestWorkload_RenewersCatchEarlyExpiry(t *testing.T) {
+	h, clk := runRenewersAgainst(t, newFake(), 1500*time.Millisecond, 2)
+	acks := 0
+	for _, o := range h {
+		if o.Renewer && o.Outcome == check.OK && o.ExpiresAt > 0 {
+			acks++
+		}
+	}
+	if acks < 10 {
+		t.Fatalf("%d acknowledged renewal-member answers with an expiresAt in %d operations, want at least 10", acks, len(h))
+	}
+	if res := check.Check(h, check.Options{Timeout: time.Minute, Clock: clk}); !res.Linearizable || len(res.Violations) > 0 {
+		t.Errorf("Check(renewers against a correct server) = %v %v, want linearizable, no violations", res.Linearizable, res.Violations)
+	}
+	f := newFake()
+	f.early = 150 * time.Millisecond
+	h, clk = runRenewersAgainst(t, f, 1500*time.Millisecond, 2)
+	found := map[string]bool{}
+	for _, v := range check.CheckRenewals(h, clk) {
+		found[v.Kind] = true
+	}
+	if !found["renewal-expired-early"] && !found["renewal-expired-before-expiresAt"] {
+		t.Errorf("CheckRenewals(server expiring 150 ms early) found %v, want an early expiry", found)
 	}
 }
