@@ -113,7 +113,7 @@ type endpoint struct {
 	check func(t *testing.T, e *authEnv, cl cell, r testutil.Reply)
 }
 
-// TestServer_AuthorizationMatrix sends every endpoint of the route table (README, "HTTP API") with every
+// TestServer_AuthorizationMatrix sends every endpoint of the route table (docs/http-api.md) with every
 // kind of credential and checks the status; not one 2xx may be unexpected.
 // Requests rotate over the three nodes, so follower-side authentication and
 // forwarding are covered too.

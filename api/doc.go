@@ -1,7 +1,7 @@
 // Package api is the HTTP API of an elanous-node candidate (echo).
 //
 // It owns the routes of the HTTP contract (ARCHITECTURE.md, "The HTTP
-// contract"; README, "HTTP API"), authentication (cluster tokens admin ⊇
+// contract"; docs/http-api.md), authentication (cluster tokens admin ⊇
 // member ⊇ query, and machine tokens looked up by hash in the replicated
 // state), strict JSON decoding with size limits, forwarding of writes from a
 // follower to the leader, blocking queries and the read headers, one error

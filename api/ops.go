@@ -22,7 +22,7 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// The operations routes (README, "Operations"): snapshot save and restore,
+// The operations routes (docs/operations.md): snapshot save and restore,
 // and leadership transfer. They are admin actions, each written to the
 // audit log where its handler runs (withAudit).
 

@@ -67,8 +67,8 @@ func (rt *route) leaderWait() time.Duration {
 	return min(rt.budget, readLeaderWait)
 }
 
-// routeTable returns every route of the API (the table in README's HTTP API
-// section). metricsAuth makes /metrics take the query scope.
+// routeTable returns every route of the API (the table of docs/http-api.md).
+// metricsAuth makes /metrics take the query scope.
 func (s *Server) routeTable(metricsAuth bool) []route {
 	metricsScope := ScopeNone
 	if metricsAuth {

@@ -10,7 +10,9 @@ import (
 )
 
 func TestCluster_RestartedNodeCatchesUp(t *testing.T) {
-	c := apitest.Start(t, apitest.Options{})
+	// The production raft timeouts: with 100 ms ones a loaded machine now and
+	// then deposed the new leader while it committed the write below.
+	c := apitest.Start(t, apitest.Options{Timeout: 500 * time.Millisecond})
 	l := c.Leader()
 	acquire := fsm.AcquireLease{Caller: fsm.Caller{Owner: "o"}, LeaseID: "l1", Machine: "m", Purpose: "p",
 		TTLMs: 60_000, BandStart: 31450, BandEnd: 31499}

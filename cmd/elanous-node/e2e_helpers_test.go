@@ -305,7 +305,7 @@ type e2eCluster struct {
 }
 
 // e2eTimeouts are the Raft timings the test clusters run with: the short
-// timeouts the README recommends where a 2 s failover bound matters even when
+// timeouts docs/http-api.md recommends where a 2 s failover bound matters even when
 // nothing refuses (a dead machine, a partition; raft.fast_failover covers only
 // a dead process). With the 500 ms defaults and no fast failover, failover
 // measured 0.66–1.56 s over 60 kills, but a pre-vote refused by a survivor that

@@ -76,7 +76,7 @@ func scrape(url string) (map[string]*dto.MetricFamily, error) {
 	return p.TextToMetricFamilies(resp.Body)
 }
 
-// metricName matches the metric names the monitoring files and the README use.
+// metricName matches the metric names the monitoring files and docs/operations.md use.
 var metricName = regexp.MustCompile(`\b(?:elanous|raft|go|process)_[A-Za-z0-9_]+\b`)
 
 // monitoringMetricNames returns every metric name deploy/monitoring's
@@ -187,17 +187,17 @@ func dashboardQueries(t *testing.T, path string) []string {
 	return out
 }
 
-// readmeMetricNames returns the elanous_* names of README.md's "Metrics"
-// section: the metrics an operator is told about.
+// readmeMetricNames returns the elanous_* names of docs/operations.md's
+// "Metrics" section: the metrics an operator is told about.
 func readmeMetricNames(t *testing.T) map[string]bool {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, section, ok := strings.Cut(string(data), "\n### Metrics\n")
 	if !ok {
-		t.Fatal(`README.md has no "### Metrics" section`)
+		t.Fatal(`docs/operations.md has no "### Metrics" section`)
 	}
 	section, _, _ = strings.Cut(section, "\n### ")
 	out := map[string]bool{}
@@ -207,7 +207,7 @@ func readmeMetricNames(t *testing.T) map[string]bool {
 		}
 	}
 	if len(out) < 10 {
-		t.Fatalf(`README.md's "Metrics" section names only %d elanous_* metrics`, len(out))
+		t.Fatalf(`docs/operations.md's "Metrics" section names only %d elanous_* metrics`, len(out))
 	}
 	return out
 }
@@ -240,7 +240,7 @@ func exported(mfs map[string]*dto.MetricFamily, name string) bool {
 //     time and per-follower replication series, and no gauge reads -1;
 //   - every metric deploy/monitoring's dashboard queries and alert rules use
 //     is exported (except pendingMetrics);
-//   - README.md's "Metrics" section names every elanous_* family exported,
+//   - docs/operations.md's "Metrics" section names every elanous_* family exported,
 //     and every elanous_* metric it names is exported;
 //   - every log line is JSON with one envelope of keys, raft's and the API's alike;
 //   - each node tells systemd it is waiting, then READY=1.
@@ -312,18 +312,18 @@ func TestE2E_Observability(t *testing.T) {
 		}
 		return nil
 	})
-	// The README lists every metric of ours the cluster exports, and none it
+	// docs/operations.md lists every metric of ours the cluster exports, and none it
 	// does not (the merged scrape has every node's, the follower-only and
 	// leader-only figures included).
 	documented := readmeMetricNames(t)
 	for name := range all {
 		if strings.HasPrefix(name, "elanous_") && !documented[name] {
-			t.Errorf("%s is exported but README.md's \"Metrics\" section does not name it", name)
+			t.Errorf("%s is exported but docs/operations.md's \"Metrics\" section does not name it", name)
 		}
 	}
 	for name := range documented {
 		if !exported(all, name) {
-			t.Errorf("README.md's \"Metrics\" section names %s, which the cluster does not export", name)
+			t.Errorf("docs/operations.md's \"Metrics\" section names %s, which the cluster does not export", name)
 		}
 	}
 	for _, nd := range c.nodes {

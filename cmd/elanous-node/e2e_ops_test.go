@@ -412,7 +412,7 @@ func TestE2E_StatusCheckExitCodes(t *testing.T) {
 }
 
 // TestE2E_RollingRestartUnderLoad restarts every node in turn with the
-// README's procedure — move leadership away if it leads, stop, start, wait
+// docs/operations.md's procedure — move leadership away if it leads, stop, start, wait
 // until ready and the cluster healthy, next — while four clients write
 // through the cluster as members do (a client retries once after a 503 or a
 // connection error). No write fails beyond that one retry, and every

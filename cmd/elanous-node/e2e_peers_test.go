@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests of the two membership procedures of the README, on real
+// End-to-end tests of the two membership procedures of docs/operations.md, on real
 // `elanous-node serve` processes: replacing a dead candidate machine while a
 // member works, and recovering from a lost quorum with `recover`.
 
@@ -23,7 +23,7 @@ import (
 	"github.com/elanous/elanous-node/member"
 )
 
-// TestE2E_ReplaceDeadMachine is the README's "Replace a dead candidate
+// TestE2E_ReplaceDeadMachine is docs/operations.md's "Replace a dead candidate
 // machine": node-3's data is lost; `peers remove node-3`; node-4 starts with
 // cluster.bootstrap false; `peers add node-4` — it catches up through a
 // snapshot (the cluster compacts its log every few entries) and is promoted.
@@ -219,7 +219,7 @@ func TestE2E_ReplaceDeadMachine(t *testing.T) {
 	c.checkLogs(append([]*proc{memberProc, holder}, procsOf(c.running())...)...)
 }
 
-// TestE2E_RecoverLostQuorum is the README's "Recover from a lost quorum":
+// TestE2E_RecoverLostQuorum is docs/operations.md's "Recover from a lost quorum":
 // two of three nodes are killed for good; the survivor, stopped, is
 // recovered alone with `recover --peers`; it serves its data (the state hash
 // recover reports is the one the cluster had, and the records are there);

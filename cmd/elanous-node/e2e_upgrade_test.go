@@ -429,7 +429,7 @@ func TestE2E_MixedVersionUpgrade(t *testing.T) {
 		c.start(nd)            // this build
 		delete(old, nd)
 		c.waitReady(nd, 20*time.Second)
-		// The README's procedure: the next node only once the cluster is
+		// docs/operations.md's procedure: the next node only once the cluster is
 		// healthy, old and new builds side by side.
 		testutil.Poll(t, "status --check healthy after upgrading "+nd.id, 20*time.Second, func() error {
 			if r := c.client(c.tokens.Query, "status", "--check"); r.code != 0 {

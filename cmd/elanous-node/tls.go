@@ -47,7 +47,7 @@ name clients use in the candidate's https:// URL with --ip and --dns.
 Keep ca-key.pem off the candidates (it signs certificates); give each
 candidate ca.pem, its own M.pem and M-key.pem, and set tls.ca_file,
 tls.cert_file and tls.key_file. Members need only ca.pem (--ca-file, or in
-the join file). Rotating: see the README's "Security model".`,
+the join file). Rotating: see docs/security.md.`,
 		Example: `  elanous-node tls ca --out /root/elanous-ca
   elanous-node tls cert --ca-dir /root/elanous-ca --machine node-a --ip 10.0.0.1 --out /root/node-a
   scp /root/elanous-ca/ca.pem /root/node-a/node-a.pem /root/node-a/node-a-key.pem node-a:/etc/elanous/tls/`,
