@@ -257,7 +257,7 @@ func TestServer_UnknownTokenOnCaughtUpFollower(t *testing.T) {
 }
 
 // A follower that lags lets the leader judge a well-formed token it does not
-// know, and does so at most 10 times a second (bursts of 20; api/guard.go's
+// know, and does so at most 10 times a second (bursts of 20; api/ratelimit.go's
 // unknownTokenForward*), so a flood of random tokens mostly never reaches
 // the leader. The follower is held lagging through Deps.Lagging. A token
 // only the leader knows is a cluster token the leader alone has been given

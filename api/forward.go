@@ -239,17 +239,15 @@ func forwardResult(err error) string {
 	return "ok"
 }
 
-// sendForward sends in (with body) to the leader and classifies a failure:
-// ErrNoLeader when the leader cannot have seen the request (it was never
-// written), ErrOutcomeUnknown for a write it may have applied. The transport
-// may send a request more than once (it replays one that carries
-// Idempotency-Key after a broken connection), so "written" is tracked over
-// every attempt: a dial error on a replay after a written attempt does not
-// mean "not sent".
-func sendForward(ctx context.Context, client *http.Client, in *http.Request, body []byte, leader cluster.Candidate, self string) (*http.Response, error) {
-	// The host is the leader's, from the candidate directory; only the path
-	// and query are the client's.
-	req, err := http.NewRequestWithContext(ctx, in.Method, strings.TrimRight(leader.URL, "/")+in.URL.RequestURI(), bytes.NewReader(body)) //nolint:gosec // G704: see above
+// forwardRequest is the request that forwards in (with body) from this
+// node, self, to the leader: the client's method, path and query on the
+// leader's URL (from the candidate directory, never from the request), the
+// headers of forwardedHeaders, the forwarding node (wire.HeaderForwarded)
+// and the client's address (wire.HeaderForwardedFor), which the leader
+// trusts from a candidate for its limits and audit lines. Every forward is
+// built here: writes, the unknown-token judge and the snapshot streams.
+func forwardRequest(ctx context.Context, in *http.Request, body io.Reader, leader cluster.Candidate, self string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, in.Method, strings.TrimRight(leader.URL, "/")+in.URL.RequestURI(), body) //nolint:gosec // G704: the host is the leader's
 	if err != nil {
 		return nil, fmt.Errorf("build forward request: %w", err)
 	}
@@ -260,6 +258,21 @@ func sendForward(ctx context.Context, client *http.Client, in *http.Request, bod
 	}
 	req.Header.Set(wire.HeaderForwarded, self)
 	req.Header.Set(wire.HeaderForwardedFor, in.RemoteAddr)
+	return req, nil
+}
+
+// sendForward sends in (with body) to the leader and classifies a failure:
+// ErrNoLeader when the leader cannot have seen the request (it was never
+// written), ErrOutcomeUnknown for a write it may have applied. The transport
+// may send a request more than once (it replays one that carries
+// Idempotency-Key after a broken connection), so "written" is tracked over
+// every attempt: a dial error on a replay after a written attempt does not
+// mean "not sent".
+func sendForward(ctx context.Context, client *http.Client, in *http.Request, body []byte, leader cluster.Candidate, self string) (*http.Response, error) {
+	req, err := forwardRequest(ctx, in, bytes.NewReader(body), leader, self)
+	if err != nil {
+		return nil, err
+	}
 	var wrote atomic.Bool
 	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },

@@ -15,9 +15,9 @@ import (
 )
 
 // clusterOptions runs the in-memory clusters at the production raft timeouts
-// (500 ms, a 250 ms leader lease): under -race on a loaded two-core machine a
-// shorter lease lost leadership now and then in the middle of a test, which
-// answered a fixture write 503 outcome-unknown.
+// (500 ms, a 250 ms leader lease), which a loaded machine under -race keeps:
+// a leadership lost in the middle of a test would answer a fixture write 503
+// outcome-unknown.
 func clusterOptions() apitest.Options {
 	return apitest.Options{Timeout: 500 * time.Millisecond}
 }

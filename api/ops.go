@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -260,17 +259,11 @@ func (s *Server) forwardStream(ctx context.Context, c echo.Context) error {
 	if in.Method != http.MethodGet {
 		body = http.MaxBytesReader(c.Response().Writer, in.Body, wire.MaxSnapshotBytes)
 	}
-	req, err := http.NewRequestWithContext(ctx, in.Method, strings.TrimRight(leader.URL, "/")+in.URL.RequestURI(), body)
+	req, err := forwardRequest(ctx, in, body, leader, s.node.ID())
 	if err != nil {
-		return fmt.Errorf("build forward request: %w", err)
+		return err
 	}
 	req.ContentLength = in.ContentLength
-	for _, h := range forwardedHeaders {
-		if v := in.Header.Get(h); v != "" {
-			req.Header.Set(h, v)
-		}
-	}
-	req.Header.Set(wire.HeaderForwarded, s.node.ID())
 	var wrote atomic.Bool
 	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/fsm"
 	"github.com/elanous/elanous-node/internal/testutil"
+	"golang.org/x/time/rate"
 )
 
 // loggedCluster is a cluster whose nodes log JSON lines into buffers, with
@@ -328,6 +330,32 @@ func TestServer_ClusterStatusVersion(t *testing.T) {
 		st := testutil.Decode[wire.ClusterStatus](t, r)
 		if st.Version != "9.9.9-test" || st.Format != fsm.MaxFormat {
 			t.Errorf("%s status version %q format %d, want 9.9.9-test and %d", n.Machine, st.Version, st.Format, fsm.MaxFormat)
+		}
+	}
+}
+
+// A snapshot save and restore sent to a follower, which streams them to the
+// leader, are audited on the leader with the client's address, as every
+// forwarded admin action is (TestServer_AuditLog), not the follower's.
+func TestServer_ForwardedSnapshotAuditsTheClient(t *testing.T) {
+	c := startGuarded(t, api.Caps{WriteRate: rate.Inf}, apitest.Options{})
+	leader, follower := c.Nodes[c.Leader()], c.Nodes[c.Follower()]
+	r := testutil.Expect(t, from("127.0.0.2", testutil.Call{Method: http.MethodGet, URL: follower.URL + "/v1/snapshot",
+		Auth: testutil.Bearer(c.Tokens.Admin)}), http.StatusOK)
+	testutil.Expect(t, from("127.0.0.2", putSnapshot(follower.URL, c.Tokens.Admin, r.Body)), http.StatusOK)
+	for _, action := range []string{"snapshot.save", "snapshot.restore"} {
+		var lines []map[string]any
+		for _, l := range c.audit.JSONLines(t) {
+			if l["action"] == action {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) != 1 {
+			t.Fatalf("audit lines of %s = %v, want one", action, lines)
+		}
+		l := lines[0]
+		if l["node"] != leader.Machine || l["via"] != follower.Machine || !strings.HasPrefix(fmt.Sprint(l["remote"]), "127.0.0.2:") {
+			t.Errorf("audit line of %s = %v, want it on %s via %s from the client's 127.0.0.2", action, l, leader.Machine, follower.Machine)
 		}
 	}
 }

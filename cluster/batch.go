@@ -15,12 +15,12 @@ import (
 // own result. A batch is flushed as soon as a pipeline slot is free, so a lone
 // write is proposed at once, as a plain entry, and waits for nothing.
 
-// Batching limits. A batch of 64 commands is about 20 KiB. One entry in
-// flight: the next batch fills while it is on its way and leaves as soon as
-// it is applied. Fewer, larger entries cost fewer boltdb commits,
-// AppendEntries and applies per write than a second entry in flight, which
-// measured slower on the closed-loop benchmark. Acquires are not batched (see
-// Propose).
+// Batching limits (ARCHITECTURE.md §2, group commit). A batch of 64 commands
+// is about 20 KiB. One entry in flight: the next batch fills while it is on
+// its way and leaves as soon as it is applied, so a write costs fewer boltdb
+// commits, AppendEntries and applies than with a second entry in flight
+// (BenchmarkHTTP_ResourceHeartbeat reports commands/batch). Acquires are not
+// batched (see Propose).
 const (
 	defaultMaxBatch    = 64
 	defaultMaxInflight = 1

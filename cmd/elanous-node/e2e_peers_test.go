@@ -7,10 +7,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -23,8 +21,6 @@ import (
 	"github.com/elanous/elanous-node/fsm"
 	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/elanous/elanous-node/member"
-	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
 
 // TestE2E_ReplaceDeadMachine is docs/operations.md's "Replace a dead candidate
@@ -415,56 +411,21 @@ func procsOf(nodes []*e2eNode) []*proc {
 	return out
 }
 
-// replayHashes opens the Raft store of the stopped node whose data directory
-// is dir, restores its latest snapshot if any, and applies every command of
-// the log after it to a fresh state machine, as recover does. It returns the
-// state hash after each command by index, the snapshot's index (0 without
-// one) and the index of the last command.
+// replayHashes replays the Raft store of the stopped node whose data
+// directory is dir as recover does (replayDataDir): its latest snapshot, if
+// any, then every command of the log. It returns the state hash after each
+// command by index, the snapshot's index (0 without one) and the index of
+// the last command.
 func replayHashes(t *testing.T, dir string) (hashes map[uint64]string, snapIndex, lastCommand uint64) {
 	t.Helper()
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft", "raft.db")})
-	if err != nil {
-		t.Fatalf("open raft.db: %v", err)
-	}
-	defer store.Close()
-	snaps, err := raft.NewFileSnapshotStore(filepath.Join(dir, "raft"), 2, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	list, err := snaps.List()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := fsm.New()
 	hashes = map[uint64]string{}
-	if len(list) > 0 {
-		meta, rc, err := snaps.Open(list[0].ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Restore(rc); err != nil {
-			t.Fatalf("restore snapshot %s: %v", meta.ID, err)
-		}
-		snapIndex = meta.Index
+	f, snapIndex, _, _ := replayDataDir(t, dir, func(_ uint64, f *fsm.FSM) {
+		var hash string
+		lastCommand, hash = f.AppliedHash()
+		hashes[lastCommand] = hash
+	})
+	if lastCommand == 0 {
 		lastCommand, hashes[snapIndex] = f.AppliedHash()
-	}
-	first, err := store.FirstIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	last, err := store.LastIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := max(snapIndex+1, first); i <= last && i > 0; i++ {
-		var l raft.Log
-		if err := store.GetLog(i, &l); err != nil {
-			t.Fatalf("log entry %d: %v", i, err)
-		}
-		if l.Type == raft.LogCommand {
-			f.Apply(&l)
-			lastCommand, hashes[i] = f.AppliedHash()
-		}
 	}
 	return hashes, snapIndex, lastCommand
 }

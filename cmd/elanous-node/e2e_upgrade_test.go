@@ -113,7 +113,7 @@ func TestReleaseFixture(t *testing.T) {
 	exp := readReleaseExpect(t)
 	dir := t.TempDir()
 	copyDataDir(t, dir)
-	f, snapIndex, firstIndex, lastIndex := replayDataDir(t, dir)
+	f, snapIndex, firstIndex, lastIndex := replayDataDir(t, dir, nil)
 	if snapIndex != exp.SnapshotIndex || snapIndex == 0 || firstIndex <= 1 || lastIndex <= snapIndex {
 		t.Fatalf("fixture: snapshot at %d (expected.json says %d), log %d to %d; want a snapshot, the log before it compacted and entries after it",
 			snapIndex, exp.SnapshotIndex, firstIndex, lastIndex)
@@ -144,10 +144,12 @@ func previousReleaseConfig(doc map[string]any) {
 	delete(doc, "limits")
 }
 
-// replayDataDir restores the latest snapshot of the data directory dir into
-// a new state machine and applies the log after it. It returns the state
-// machine, the snapshot's index and the log's first and last index.
-func replayDataDir(t *testing.T, dir string) (*fsm.FSM, uint64, uint64, uint64) {
+// replayDataDir restores the latest snapshot of the data directory dir, if
+// there is one, into a new state machine and applies every command of the
+// log after it, calling applied (when not nil) after each with the entry's
+// index. It returns the state machine, the snapshot's index (0 without one)
+// and the log's first and last index.
+func replayDataDir(t *testing.T, dir string, applied func(index uint64, f *fsm.FSM)) (*fsm.FSM, uint64, uint64, uint64) {
 	t.Helper()
 	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft", "raft.db")})
 	if err != nil {
@@ -159,16 +161,20 @@ func replayDataDir(t *testing.T, dir string) (*fsm.FSM, uint64, uint64, uint64) 
 		t.Fatal(err)
 	}
 	list, err := snaps.List()
-	if err != nil || len(list) == 0 {
-		t.Fatalf("snapshots in the fixture: %v, %v; want one", list, err)
-	}
-	meta, rc, err := snaps.Open(list[0].ID)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("list snapshots: %v", err)
 	}
 	f := fsm.New()
-	if err := f.Restore(rc); err != nil {
-		t.Fatalf("restore the release's snapshot: %v", err)
+	var snapIndex uint64
+	if len(list) > 0 {
+		meta, rc, err := snaps.Open(list[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Restore(rc); err != nil {
+			t.Fatalf("restore snapshot %s: %v", meta.ID, err)
+		}
+		snapIndex = meta.Index
 	}
 	first, err := store.FirstIndex()
 	if err != nil {
@@ -178,19 +184,22 @@ func replayDataDir(t *testing.T, dir string) (*fsm.FSM, uint64, uint64, uint64) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first > meta.Index+1 {
-		t.Fatalf("the log starts at %d, after the snapshot's %d", first, meta.Index)
+	if first > snapIndex+1 {
+		t.Fatalf("the log starts at %d, after the snapshot's %d", first, snapIndex)
 	}
-	for i := meta.Index + 1; i <= last; i++ {
+	for i := snapIndex + 1; i <= last; i++ {
 		var l raft.Log
 		if err := store.GetLog(i, &l); err != nil {
 			t.Fatalf("log entry %d: %v", i, err)
 		}
 		if l.Type == raft.LogCommand {
 			f.Apply(&l)
+			if applied != nil {
+				applied(i, f)
+			}
 		}
 	}
-	return f, meta.Index, first, last
+	return f, snapIndex, first, last
 }
 
 // writeReleaseFixtureDir runs the previous release as a one-candidate
@@ -272,7 +281,7 @@ func writeReleaseFixtureDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, exp.SnapshotIndex, _, _ = replayDataDir(t, nd.dataDir)
+	_, exp.SnapshotIndex, _, _ = replayDataDir(t, nd.dataDir, nil)
 	data, err := json.MarshalIndent(exp, "", "  ")
 	if err != nil {
 		t.Fatal(err)
