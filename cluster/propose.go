@@ -145,12 +145,20 @@ func (n *Node) ReadIndex(ctx context.Context) error {
 // itself is applied before the node is ready.
 func (n *Node) waitApplied(ctx context.Context, index uint64) error {
 	target := n.lastCommandAtOrBefore(index)
+	return waitIndex(ctx, target, n.fsm.AppliedIndex)
+}
+
+// waitIndex polls applied every 200 µs until it reaches index or ctx ends.
+func waitIndex(ctx context.Context, index uint64, applied func() uint64) error {
+	if applied() >= index {
+		return nil
+	}
 	tick := time.NewTicker(200 * time.Microsecond)
 	defer tick.Stop()
-	for n.fsm.AppliedIndex() < target {
+	for applied() < index {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: wait for index %d: %v", ErrNoLeader, target, ctx.Err())
+			return fmt.Errorf("%w: wait for index %d: %v", ErrNoLeader, index, ctx.Err())
 		case <-tick.C:
 		}
 	}

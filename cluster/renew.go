@@ -288,19 +288,7 @@ func (n *Node) verifyLeader(ctx context.Context) error {
 // state machine (a follower may not hold the entry at index yet, so the
 // walk back to its last command must wait for it).
 func (n *Node) waitRaftApplied(ctx context.Context, index uint64) error {
-	if n.raft.AppliedIndex() >= index {
-		return nil
-	}
-	tick := time.NewTicker(200 * time.Microsecond)
-	defer tick.Stop()
-	for n.raft.AppliedIndex() < index {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w: wait for index %d: %v", ErrNoLeader, index, ctx.Err())
-		case <-tick.C:
-		}
-	}
-	return nil
+	return waitIndex(ctx, index, n.raft.AppliedIndex)
 }
 
 func (n *Node) currentLead() *leadership {
