@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"github.com/elanous/elanous-node/api/apitest"
 	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 )
@@ -239,7 +241,7 @@ func TestServer_WriteRateLimits(t *testing.T) {
 }
 
 // A follower that has applied every entry it holds answers an unknown token
-// 401 at once, without asking the leader.
+// 401 after a confirmation round, without forwarding it to the leader.
 func TestServer_UnknownTokenOnCaughtUpFollower(t *testing.T) {
 	c := startGuarded(t, api.Caps{WriteRate: rate.Inf}, apitest.Options{})
 	fi := c.Follower()
@@ -254,6 +256,81 @@ func TestServer_UnknownTokenOnCaughtUpFollower(t *testing.T) {
 	if after != before {
 		t.Errorf("the follower forwarded %v unknown tokens to the leader, want none", after-before)
 	}
+}
+
+// A machine token issued through the leader authenticates at once on a
+// follower that has not received the token's entry yet: before it calls a
+// token unknown, the follower confirms with the leader and applies up to the
+// leader's commit index (read-your-writes for tokens on every node).
+func TestServer_FreshTokenOnFollowerBehind(t *testing.T) {
+	hold := &heldReplication{}
+	c := startGuarded(t, api.Caps{WriteRate: rate.Inf}, apitest.Options{Timeout: 500 * time.Millisecond, Transport: hold.wrap})
+	li, fi := c.Leader(), c.Follower()
+	leader, follower := c.Nodes[li], c.Nodes[fi]
+	hold.set(follower.Machine)
+	r := testutil.Send(t, testutil.JSONCall(http.MethodPost, leader.URL+"/v1/tokens/member", c.Tokens.Admin, wire.IssueTokenRequest{Machine: "fresh"}))
+	testutil.WantStatus(t, "issue a token", r, http.StatusCreated)
+	token := testutil.Decode[wire.IssuedToken](t, r).Token
+	if _, ok := follower.Node.FSM().MachineForToken(sha256.Sum256([]byte(token))); ok {
+		t.Fatal("the held-back follower already knows the token: the test holds nothing back")
+	}
+	time.AfterFunc(50*time.Millisecond, func() { hold.set("") })
+	r = testutil.Send(t, registerCall(follower.URL, token, "fresh", "machine:fresh", "machine", 60_000))
+	testutil.WantStatus(t, "register with the fresh token on the follower", r, http.StatusOK)
+}
+
+// heldReplication wraps raft transports so that appends to one node wait
+// until it is released: that node lags behind the entries the leader has
+// committed with the other follower.
+type heldReplication struct {
+	mu   sync.Mutex
+	node raft.ServerID
+	free *sync.Cond
+}
+
+func (h *heldReplication) set(machine string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.free == nil {
+		h.free = sync.NewCond(&h.mu)
+	}
+	h.node = raft.ServerID(machine)
+	h.free.Broadcast()
+}
+
+func (h *heldReplication) wait(id raft.ServerID) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for h.node != "" && h.node == id {
+		h.free.Wait()
+	}
+}
+
+func (h *heldReplication) wrap(_ int, t raft.Transport) raft.Transport {
+	return heldTransport{Transport: t, h: h}
+}
+
+type heldTransport struct {
+	raft.Transport
+	h *heldReplication
+}
+
+// AppendEntriesPipeline is unsupported, so every append goes through
+// AppendEntries, where it can be held.
+func (t heldTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
+}
+
+func (t heldTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	t.h.wait(id)
+	return t.Transport.AppendEntries(id, target, args, resp)
+}
+
+func (t heldTransport) Close() error {
+	if c, ok := t.Transport.(raft.WithClose); ok {
+		return c.Close()
+	}
+	return nil
 }
 
 // A follower that lags lets the leader judge a well-formed token it does not

@@ -108,8 +108,13 @@ func (s *Server) require(scope Scope) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			id, err := s.authenticate(c.Request())
-			if errors.Is(err, errUnknownToken) && s.forwardUnknownToken(c) {
-				return nil
+			if errors.Is(err, errUnknownToken) {
+				switch {
+				case s.confirmUnknownToken(c):
+					id, err = s.authenticate(c.Request())
+				case s.forwardUnknownToken(c):
+					return nil
+				}
 			}
 			if err != nil {
 				return s.authFailed(c, err)
@@ -136,13 +141,31 @@ func (s *Server) authFailed(c echo.Context, err error) error {
 	return err
 }
 
+// confirmUnknownToken brings a follower up to date before it judges a token
+// it does not know: a machine token issued an instant ago (201 from the
+// leader) may be in an entry this node has not received yet. The follower
+// joins a confirmation round (cluster.Node.ConfirmedRead: the leader's commit
+// index, applied here), shared by every request waiting on it, so a flood of
+// random tokens costs the leader one confirmation per round, not one per
+// token. It reports whether the round succeeded; the token is then judged on
+// state as current as the leader's when the request arrived.
+func (s *Server) confirmUnknownToken(c echo.Context) bool {
+	if c.Request().Header.Get(wire.HeaderForwarded) != "" || s.node.IsLeader() {
+		return false
+	}
+	deadline, _ := budgetOf(c)
+	ctx, cancel := context.WithDeadline(c.Request().Context(), deadline)
+	defer cancel()
+	_, err := s.node.ConfirmedRead(ctx)
+	return err == nil
+}
+
 // forwardUnknownToken lets the leader judge a token this follower does not
-// know, while the follower lags: a machine token issued an instant ago (201
-// from the leader) may be in an entry this node has received and not yet
-// applied. A follower that has applied every entry it holds answers 401 at
-// once (a token issued in an entry that has not reached it yet is 401 here
-// until it does), and forwards are paced (unknownTokenForwardRate), so a
-// flood of random tokens never reaches the leader. The forward is the write
+// know when no confirmation round could be had, while the follower lags: the
+// token may be in an entry this node has received and not yet applied. A
+// follower that has applied every entry it holds answers 401 at once, and
+// forwards are paced (unknownTokenForwardRate), so a flood of random tokens
+// never reaches the leader. The forward is the write
 // path's: within the route's budget, and a write is answered only once this
 // node has applied it. It reports whether the leader's answer was written;
 // when the leader cannot be reached the caller answers 401 itself.

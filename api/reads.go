@@ -120,8 +120,10 @@ func (s *Server) readHeaders(c echo.Context, table fsm.Table) {
 // setReadHeaders sets the read headers in h.
 func (s *Server) setReadHeaders(h http.Header, table fsm.Table) {
 	f := s.node.FSM()
-	h.Set(wire.HeaderGeneration, strconv.FormatUint(f.Primary().Generation, 10))
+	// The index first: a body read after it is at least as new, so a blocking
+	// query from this index never misses a change the body lacks.
 	h.Set(wire.HeaderIndex, strconv.FormatUint(f.Index(table), 10))
+	h.Set(wire.HeaderGeneration, strconv.FormatUint(f.Primary().Generation, 10))
 	_, known := s.node.Leader()
 	h.Set(wire.HeaderKnownLeader, strconv.FormatBool(known))
 	h.Set(wire.HeaderLastContactMs, strconv.FormatInt(lastContactMs(s.node.LastContact()), 10))

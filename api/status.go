@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 
 	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/fsm"
@@ -30,7 +31,9 @@ func (s *Server) getPrimary(c echo.Context) error {
 		return err
 	}
 	s.readHeaders(c, fsm.TablePrimary)
-	return c.JSON(http.StatusOK, s.primary())
+	p := s.primary() // read after the index header, so the body is at least that new
+	c.Response().Header().Set(wire.HeaderGeneration, strconv.FormatUint(p.Generation, 10))
+	return c.JSON(http.StatusOK, p)
 }
 
 func (s *Server) primary() wire.Primary {

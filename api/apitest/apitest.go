@@ -74,6 +74,9 @@ type Options struct {
 	// every heartbeat and lease renewal is a log entry. By default the
 	// nodes renew with the default slack of a quarter TTL.
 	EveryRenewalWrites bool
+	// Transport, when set, wraps node i's raft transport (without TLS) at
+	// each start: a test that holds back replication to one node.
+	Transport func(i int, t raft.Transport) raft.Transport
 }
 
 // Start starts a cluster and waits until every node is ready and has
@@ -158,6 +161,9 @@ func (c *Cluster) nodeConfig(i int, trans raft.Transport) cluster.Config {
 
 func (c *Cluster) startNode(i int, trans raft.Transport, ln net.Listener) {
 	c.t.Helper()
+	if trans != nil && c.opts.Transport != nil {
+		trans = c.opts.Transport(i, trans)
+	}
 	cfg := c.nodeConfig(i, trans)
 	node, err := cluster.New(cfg)
 	if err != nil {
