@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/elanous/elanous-node/api/apitest"
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/elanous/elanous-node/member"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // tokenKind is a column of the authorization matrix.

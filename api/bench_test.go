@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/elanous/elanous-node/api/apitest"
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/cluster"
 	"github.com/elanous/elanous-node/fsm"
 	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/elanous/elanous-node/member"
+	"github.com/elanous/elanous-node/wire"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

@@ -3,7 +3,7 @@ package api
 import (
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 	"golang.org/x/time/rate"
 )
 

@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/cluster"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // peerForward reports whether r is a forward from another candidate: it

@@ -9,8 +9,8 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/cluster"
+	"github.com/elanous/elanous-node/wire"
 	"github.com/labstack/echo/v4"
 )
 

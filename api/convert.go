@@ -1,11 +1,11 @@
 package api
 
 import (
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/fsm"
+	"github.com/elanous/elanous-node/wire"
 )
 
-// The API answers with api/wire types, converted here from the fsm records.
+// The API answers with wire types, converted here from the fsm records.
 // The JSON of an fsm record is the snapshot format and may change with it;
 // the HTTP format is wire's and changes only as a wire change.
 

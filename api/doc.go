@@ -23,7 +23,7 @@
 // once its own state machine has applied that index (bounded by the route's
 // budget), so the caller's next default read on that node sees the write.
 //
-// Handlers return api/wire types, converted from fsm records in convert.go:
+// Handlers return wire types, converted from fsm records in convert.go:
 // the JSON of an fsm record is the snapshot format, not the HTTP format.
 //
 // With Deps.TLS the API is HTTPS (TLS 1.3) with the node's certificate, read

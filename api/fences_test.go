@@ -10,9 +10,9 @@ import (
 
 	"github.com/elanous/elanous-node/api"
 	"github.com/elanous/elanous-node/api/apitest"
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/elanous/elanous-node/member"
+	"github.com/elanous/elanous-node/wire"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/cluster"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // Regression for the fault suite's leader-kill scenario: the leader read a

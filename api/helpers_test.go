@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/elanous/elanous-node/api/apitest"
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/elanous/elanous-node/wire"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

@@ -8,8 +8,8 @@ import (
 	"log/slog"
 	"net/http"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/fsm"
+	"github.com/elanous/elanous-node/wire"
 	"github.com/labstack/echo/v4"
 )
 

@@ -6,8 +6,8 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/cluster"
+	"github.com/elanous/elanous-node/wire"
 )
 
 func TestMembershipError(t *testing.T) {

@@ -13,8 +13,8 @@ import (
 
 	"github.com/elanous/elanous-node/api"
 	"github.com/elanous/elanous-node/api/apitest"
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/elanous/elanous-node/wire"
 	"github.com/hashicorp/raft"
 	"golang.org/x/time/rate"
 )

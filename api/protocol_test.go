@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/elanous/elanous-node/api/apitest"
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/elanous/elanous-node/member"
+	"github.com/elanous/elanous-node/wire"
 )
 
 const (
@@ -23,7 +23,7 @@ const (
 // TestServer_TypeScriptProtocol runs the wire protocol of the TypeScript
 // client (member.ts, port-lease-heartbeat.ts) through every candidate: the
 // leader and each follower (which forward writes). Every success body is
-// decoded strictly into the api/wire types.
+// decoded strictly into the wire types.
 func TestServer_TypeScriptProtocol(t *testing.T) {
 	if got, want := member.EscapeID("machine:mbp"), "machine%3Ambp"; got != want {
 		t.Fatalf("member.EscapeID(machine:mbp) = %q, want %q", got, want)

@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/fsm"
+	"github.com/elanous/elanous-node/wire"
 	"github.com/labstack/echo/v4"
 )
 

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/elanous/elanous-node/api/apitest"
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // Renewals through any node: the first renewal of a fresh record is a write

@@ -3,8 +3,8 @@ package api
 import (
 	"net/http"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/fsm"
+	"github.com/elanous/elanous-node/wire"
 	"github.com/labstack/echo/v4"
 )
 

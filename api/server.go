@@ -13,9 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/cluster"
 	"github.com/elanous/elanous-node/cluster/certs"
+	"github.com/elanous/elanous-node/wire"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 )

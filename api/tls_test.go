@@ -10,8 +10,8 @@ import (
 
 	"github.com/elanous/elanous-node/api"
 	"github.com/elanous/elanous-node/api/apitest"
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // plainClient is a client without TLS settings.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // Limits on Raft timing, from hashicorp/raft's ValidateConfig.

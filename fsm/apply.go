@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 	"github.com/google/btree"
 	"github.com/hashicorp/raft"
 )

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // Port-lease commands fed through Apply; see apply_test.go for the baseline.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // The baseline (see harness.baseline) holds, at t0 and term 3: the claim of

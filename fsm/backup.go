@@ -7,7 +7,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // Backups (ARCHITECTURE.md, "Backup and restore"): Export is the read side, a

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 	"github.com/hashicorp/raft"
 )
 

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // restoreSeeds are hand-made snapshot documents at the edges of what Restore

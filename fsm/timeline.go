@@ -3,7 +3,7 @@ package fsm
 import (
 	"fmt"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // The timeline is the replicated history of the primary and of the

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 func TestValidateAttrs(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // This file keeps a member's candidate list in step with the cluster. The

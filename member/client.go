@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // Errors returned by this package. Server answers that are not 2xx are

@@ -9,7 +9,7 @@
 //     the token precedence rules, so a token is only ever sent to an address it
 //     was configured or joined for, or that the cluster listed in answer to
 //     that token (Learn).
-//   - Client speaks every endpoint of the HTTP API and returns the api/wire
+//   - Client speaks every endpoint of the HTTP API and returns the wire
 //     types; a non-2xx answer is an *APIError, an unreachable server wraps
 //     ErrUnreachable.
 //   - StartHeartbeat registers a machine and one instance and keeps them alive
@@ -31,5 +31,5 @@
 // Timers use the runtime's clock (test them with testing/synctest); the
 // wall-clock stamps the loops compute with come from an injectable Clock.
 //
-// The package imports only api/wire and the standard library.
+// The package imports only wire and the standard library.
 package member

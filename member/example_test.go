@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/member"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // A storage service guards each resource with the fences of one port's

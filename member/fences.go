@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // Fences for downstream systems (ARCHITECTURE.md, "Fences for downstream").

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 func TestGuard_Admit(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // Heartbeat constants, from member.ts.

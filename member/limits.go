@@ -4,7 +4,7 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // Limits returns the cluster's quotas and the target's own limits

@@ -7,7 +7,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // The operations routes (admin scope): snapshot save and restore, which

@@ -6,7 +6,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // ListPeers returns GET /v1/cluster/peers: the servers of the cluster

@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // ErrPlaintextURL is returned for a request to an http:// address by a

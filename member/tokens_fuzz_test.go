@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/cluster/certs"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // Tokens of the fuzz seeds (64 lowercase hex characters).

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/elanous/elanous-node/api"
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/cluster"
 	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/elanous/elanous-node/wire"
 	"github.com/hashicorp/raft"
 	"golang.org/x/time/rate"
 )

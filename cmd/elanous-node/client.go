@@ -14,9 +14,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/config"
 	"github.com/elanous/elanous-node/member"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // Client commands (status, token, lease, resources, member, join, bench)

@@ -13,9 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/cluster/certs"
 	"github.com/elanous/elanous-node/config"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // devCandidates are the fixed loopback addresses of the dev cluster.

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // TestE2E_AuditFileAndLimits runs serve processes with log.audit_file and a

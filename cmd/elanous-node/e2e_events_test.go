@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/fsm"
 	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // TestE2E_EventsAndTimeline runs the event stream and the timeline on three

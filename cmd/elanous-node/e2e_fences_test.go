@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // checkFenceCLI runs `lease check` for lease l's port and fence with the

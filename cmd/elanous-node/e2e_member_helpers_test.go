@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // Member timings of the acceptance criterion: heartbeat every 500 ms, a lease

@@ -7,9 +7,9 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/elanous/elanous-node/member"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // TestE2E_ReadYourWritesThroughFollower writes through a follower of three

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/elanous/elanous-node/wire"
 )
 
 type ackedWrites struct {

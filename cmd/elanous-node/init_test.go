@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // runRoot executes the root command with args and returns its output.

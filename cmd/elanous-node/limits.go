@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/member"
+	"github.com/elanous/elanous-node/wire"
 )
 
 func newLimitsCmd() *cobra.Command {

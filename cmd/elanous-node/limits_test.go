@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/elanous/elanous-node/api/apitest"
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/config"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // runLimitsCLI runs limits and status under a root like the real one.

@@ -8,9 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/config"
 	"github.com/elanous/elanous-node/member"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // defaultInstancePort is the port of the instance endpoint member run

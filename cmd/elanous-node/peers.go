@@ -9,10 +9,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/cluster"
 	"github.com/elanous/elanous-node/config"
 	"github.com/elanous/elanous-node/member"
+	"github.com/elanous/elanous-node/wire"
 )
 
 func newPeersCmd() *cobra.Command {

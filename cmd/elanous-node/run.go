@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/elanous/elanous-node/api"
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/cluster"
 	"github.com/elanous/elanous-node/cluster/certs"
 	"github.com/elanous/elanous-node/config"
+	"github.com/elanous/elanous-node/wire"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

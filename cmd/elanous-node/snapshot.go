@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/elanous/elanous-node/api"
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/member"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // snapshotTimeout bounds a snapshot save or restore; the server's budget

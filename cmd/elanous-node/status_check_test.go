@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // healthyReport is a status report of three healthy candidates, node-a

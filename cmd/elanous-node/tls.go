@@ -13,8 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/cluster/certs"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // File names of the TLS tooling.

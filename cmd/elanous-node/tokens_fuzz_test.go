@@ -2,7 +2,7 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 	"os"
 	"path/filepath"
 	"strings"

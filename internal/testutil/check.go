@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // StrictUnmarshal decodes data into v, refusing unknown fields and anything
@@ -29,7 +29,7 @@ func StrictUnmarshal(data []byte, v any) error {
 }
 
 // Decode decodes r's body into T strictly: an unknown field or trailing data
-// fails the test, proving the server speaks the api/wire types.
+// fails the test, proving the server speaks the wire types.
 func Decode[T any](t testing.TB, r Reply) T {
 	t.Helper()
 	var v T

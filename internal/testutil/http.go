@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // NewClient returns an HTTP client for tests: no proxy, redirects returned

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // fatalRecorder is a testing.TB whose Fatal ends only the calling goroutine

@@ -7,10 +7,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/scripts/chaos/abuse"
 	"github.com/elanous/elanous-node/scripts/chaos/check"
 	"github.com/elanous/elanous-node/scripts/chaos/netns"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // abuseRSSLimit bounds every node's resident memory while it is abused. A

@@ -16,9 +16,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/scripts/chaos/check"
 	"github.com/elanous/elanous-node/scripts/chaos/harness"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // The container scenario runs deploy/compose.yaml under this project name,

@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/member"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // fenceHolderCmd is the first argument that runs this program as the fences

@@ -17,8 +17,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/member"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // fencePort is the port the fences scenario's holders take: the top of the

@@ -11,11 +11,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/scripts/chaos/check"
 	"github.com/elanous/elanous-node/scripts/chaos/harness"
 	"github.com/elanous/elanous-node/scripts/chaos/netns"
 	"github.com/elanous/elanous-node/scripts/chaos/workload"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // env is what a scenario's faults act on.

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // TTLs of the records the benchmark writes.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // Fill shapes (--fill-shape): what the N records of a fill look like.

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )

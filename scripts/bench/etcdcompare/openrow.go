@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // The seed member's cadence (member/heartbeat.go and member/portlease.go):

@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // scaleReport is what the elanous cluster does with --fill N resources in

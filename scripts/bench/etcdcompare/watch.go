@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // watchReport is the blocking-watch measurement: --watches members each hold

@@ -25,7 +25,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // Config describes a run.

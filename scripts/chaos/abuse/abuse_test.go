@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/elanous/elanous-node/api/apitest"
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // Every abusive request, sent one at a time to a real loopback cluster

@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/common/model"
 	"golang.org/x/time/rate"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // abuseWorkers is the abusive member's concurrency: enough that, at the

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // goodMember is a well-behaved member: a machine record and an instance,

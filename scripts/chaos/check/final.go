@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // CheckFinal compares the state read after healing with the acknowledged

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // leaseState is the model's view of one port: the lease id holding it ("" when

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // wall0 is the wall clock (Unix ms) at the fabricated histories' time 0.

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // resState is the model's view of one resource id: whether it is registered

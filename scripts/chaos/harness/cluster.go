@@ -24,7 +24,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // Ports every node uses on its own address.

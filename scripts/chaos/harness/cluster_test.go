@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // fakeNode is a shell script standing in for elanous-node: it prints its

@@ -7,8 +7,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/scripts/chaos/check"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // held is a lease a client believes it holds.

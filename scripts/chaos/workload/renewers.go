@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/scripts/chaos/check"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // Renewal members (ARCHITECTURE.md, "Renewals"): each holds one instance

@@ -26,8 +26,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/scripts/chaos/check"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // Target is one node the clients may talk to.

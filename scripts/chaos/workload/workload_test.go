@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elanous/elanous-node/api/wire"
 	"github.com/elanous/elanous-node/scripts/chaos/check"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // fakeServer is a single-node, in-memory stand-in for the cluster's API,
