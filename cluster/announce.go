@@ -84,26 +84,14 @@ func (a *announcer) counts() (direct, barriers uint64) {
 // apply it (a forwarded write: the follower answers its client only once it
 // has applied the entry), naming the follower that forwarded it.
 //
-// hashicorp/raft tells a follower that entries are committed only with the
-// next AppendEntries: the next write's, which the leader sends only after
-// writing that entry to its own disk (and the follower takes note of the
-// commit only after writing it to its disk as well), or an empty one sent
-// CommitTimeout to twice CommitTimeout after the last (50–100 ms with the
-// default). So AnnounceCommit sends the follower, over the Raft transport,
-// the message raft itself sends on that timer: an AppendEntries of the
-// leader's term without entries, whose previous entry is the leader's commit
-// index C with its term, and whose commit index is C. The follower checks, as
-// for every AppendEntries, that it holds that entry with that term (so by
-// Raft's log matching its log equals the leader's up to C, every entry of
-// which is committed) and applies up to C; one that does not hold it refuses,
-// changing nothing. No log entry is written, on the leader or the follower.
-//
-// When the follower refuses or cannot be reached, AnnounceCommit falls back
-// to a Raft barrier entry, which is replicated at once (the state machine
-// never sees it), unless another entry is appended within announceDelay.
-// Calls made while a follower's announcement is on its way are served by the
-// next one, so each follower has at most one in flight. It returns at once;
-// on a follower, or after Close, nothing happens.
+// It sends the follower the empty AppendEntries raft sends on its commit
+// timer (previous entry = the commit index with its term, commit index = it),
+// which the follower checks as raft always does; no log entry is written.
+// When the follower refuses or cannot be reached it falls back to a barrier
+// entry, unless another entry is appended within announceDelay. At most one
+// announcement is in flight per follower; later calls ride on the next one.
+// It returns at once; on a follower, or after Close, nothing happens. Why and
+// how: ARCHITECTURE.md §2, step 6 (read-your-writes).
 func (n *Node) AnnounceCommit(to string) {
 	targets := []string{to}
 	if _, ok := n.Candidate(to); !ok || to == n.cfg.ID {

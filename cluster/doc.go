@@ -1,16 +1,12 @@
 // Package cluster runs the Raft node of an elanous-node candidate.
 //
 // It owns the stores (raft-boltdb/v2 for the log and stable store, a file
-// snapshot store under <data_dir>/raft), the transport — plain TCP, or mutual
-// TLS (tls_transport.go) where both ends present a certificate of the cluster
-// CA naming a candidate and every RPC must come from the machine its
-// connection's certificate names — bootstrap from the candidate list, and leadership: on winning an election the node reads the
-// wall clock once, then stamps every command with wallAtWin + monotonic
-// elapsed time (the lease clock), so a wall-clock jump on the leader does not
-// move cluster time. Its first command after a Barrier is ClaimPrimary, which
-// sets the generation to the election's term and rebases every TTL. Only after
-// that claim is applied does the node accept writes. While it leads it
-// proposes a Sweep at each due expiry and at least every SweepInterval.
+// snapshot store under <data_dir>/raft), the transport (plain TCP or mutual
+// TLS), bootstrap from the candidate list, and leadership: a node that wins an
+// election stamps every command with its cluster time, claims the primary
+// (ClaimPrimary, which sets the generation and rebases every TTL) and accepts
+// writes once that claim is applied; while it leads it proposes the Sweeps
+// that expire records. The time model is ARCHITECTURE.md §3.
 //
 // Propose is the one write path. It merges raft's two error channels
 // (future.Error and the FSM's response) and tells apart a write that surely
