@@ -251,9 +251,10 @@ func withRetry(ctx context.Context, c *member.Client, call func(context.Context)
 // runCall is the one request of a client command: the client for scope from
 // the command's flags, then call within commandTimeout under withRetry. An
 // error building the client comes back as it is; an error from call comes
-// back through word, which says what failed (usually with explain's hint).
-func runCall[T any](cmd *cobra.Command, flags *clientFlags, scope member.Scope,
-	call func(context.Context, *member.Client) (T, error), word func(error) error,
+// back as "<what>: <error>" with explain's hint, its *member.APIError still
+// in the chain for a command that words a status of its own.
+func runCall[T any](cmd *cobra.Command, flags *clientFlags, scope member.Scope, what string,
+	call func(context.Context, *member.Client) (T, error),
 ) (T, error) {
 	var v T
 	c, err := scopedClient(cmd, flags, scope)
@@ -267,7 +268,7 @@ func runCall[T any](cmd *cobra.Command, flags *clientFlags, scope member.Scope,
 		return err
 	})
 	if err != nil {
-		return v, word(err)
+		return v, fmt.Errorf("%s: %w", what, explain(err, scope))
 	}
 	return v, nil
 }

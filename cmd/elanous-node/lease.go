@@ -229,17 +229,15 @@ func newLeaseReleaseCmd() *cobra.Command {
 		Args:                  cobra.NoArgs,
 		DisableFlagsInUseLine: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := runCall(cmd, &flags, member.ScopeMember, func(ctx context.Context, c *member.Client) (struct{}, error) {
+			_, err := runCall(cmd, &flags, member.ScopeMember, fmt.Sprintf("release port %d", port), func(ctx context.Context, c *member.Client) (struct{}, error) {
 				return struct{}{}, c.ReleasePortLease(ctx, port, leaseID)
-			}, func(err error) error {
-				switch member.StatusCode(err) {
-				case 404:
-					return fmt.Errorf("release port %d: no lease on that port (already released or expired)", port)
-				case 409:
-					return fmt.Errorf("release port %d: the port is held under another lease id", port)
-				}
-				return fmt.Errorf("release port %d: %w", port, explain(err, member.ScopeMember))
 			})
+			switch member.StatusCode(err) {
+			case 404:
+				return fmt.Errorf("release port %d: no lease on that port (already released or expired)", port)
+			case 409:
+				return fmt.Errorf("release port %d: the port is held under another lease id", port)
+			}
 			if err != nil {
 				return err
 			}

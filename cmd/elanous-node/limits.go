@@ -54,10 +54,8 @@ answering candidate's state.`,
 		Args:                  cobra.NoArgs,
 		DisableFlagsInUseLine: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := runCall(cmd, &flags, member.ScopeQuery, func(ctx context.Context, c *member.Client) (wire.LimitsStatus, error) {
+			st, err := runCall(cmd, &flags, member.ScopeQuery, "read limits", func(ctx context.Context, c *member.Client) (wire.LimitsStatus, error) {
 				return c.Limits(ctx, member.ReadOptions{Consistent: !stale})
-			}, func(err error) error {
-				return fmt.Errorf("read limits: %w", explain(err, member.ScopeQuery))
 			})
 			if err != nil {
 				return err

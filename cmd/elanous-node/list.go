@@ -34,10 +34,8 @@ func newList[T any](l listCommand[T]) *cobra.Command {
 	cmd.Args = cobra.NoArgs
 	cmd.DisableFlagsInUseLine = true
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		list, err := runCall(cmd, &flags, l.scope, func(ctx context.Context, c *member.Client) ([]T, error) {
+		list, err := runCall(cmd, &flags, l.scope, "list "+l.what, func(ctx context.Context, c *member.Client) ([]T, error) {
 			return l.fetch(ctx, c, !stale)
-		}, func(err error) error {
-			return fmt.Errorf("list %s: %w", l.what, explain(err, l.scope))
 		})
 		if err != nil {
 			return err

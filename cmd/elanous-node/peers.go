@@ -260,10 +260,8 @@ the removed server without any change on their side.`,
 			if !wire.ValidCandidate(machine) {
 				return fmt.Errorf("machine %q must match %s", machine, wire.CandidatePatternText)
 			}
-			_, err := runCall(cmd, &flags, member.ScopeAdmin, func(ctx context.Context, c *member.Client) (struct{}, error) {
+			_, err := runCall(cmd, &flags, member.ScopeAdmin, "remove "+machine, func(ctx context.Context, c *member.Client) (struct{}, error) {
 				return struct{}{}, c.RemovePeer(ctx, machine, force)
-			}, func(err error) error {
-				return fmt.Errorf("remove %s: %w", machine, explain(err, member.ScopeAdmin))
 			})
 			if err != nil {
 				return err
@@ -326,9 +324,7 @@ func changeSuffrage(cmd *cobra.Command, flags *clientFlags, machine string, call
 	if !wire.ValidCandidate(machine) {
 		return fmt.Errorf("machine %q must match %s", machine, wire.CandidatePatternText)
 	}
-	peer, err := runCall(cmd, flags, member.ScopeAdmin, call, func(err error) error {
-		return fmt.Errorf("%s %s: %w", cmd.Name(), machine, explain(err, member.ScopeAdmin))
-	})
+	peer, err := runCall(cmd, flags, member.ScopeAdmin, cmd.Name()+" "+machine, call)
 	if err != nil {
 		return err
 	}

@@ -47,10 +47,8 @@ the machine in a 0600 file and run "elanous-node join" there.`,
 			if !wire.ValidMachine(machine) {
 				return fmt.Errorf("--machine %q is not a valid machine name", machine)
 			}
-			issued, err := runCall(cmd, &flags, member.ScopeAdmin, func(ctx context.Context, c *member.Client) (wire.IssuedToken, error) {
+			issued, err := runCall(cmd, &flags, member.ScopeAdmin, "issue token for "+machine, func(ctx context.Context, c *member.Client) (wire.IssuedToken, error) {
 				return c.IssueMemberToken(ctx, machine)
-			}, func(err error) error {
-				return fmt.Errorf("issue token for %s: %w", machine, explain(err, member.ScopeAdmin))
 			})
 			if err != nil {
 				return err
@@ -82,14 +80,12 @@ func newTokenRevokeCmd() *cobra.Command {
 		Args:                  cobra.NoArgs,
 		DisableFlagsInUseLine: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := runCall(cmd, &flags, member.ScopeAdmin, func(ctx context.Context, c *member.Client) (struct{}, error) {
+			_, err := runCall(cmd, &flags, member.ScopeAdmin, "revoke token of "+machine, func(ctx context.Context, c *member.Client) (struct{}, error) {
 				return struct{}{}, c.RevokeMemberToken(ctx, machine)
-			}, func(err error) error {
-				if member.IsNotFound(err) {
-					return fmt.Errorf("revoke token of %s: the machine has no token", machine)
-				}
-				return fmt.Errorf("revoke token of %s: %w", machine, explain(err, member.ScopeAdmin))
 			})
+			if member.IsNotFound(err) {
+				return fmt.Errorf("revoke token of %s: the machine has no token", machine)
+			}
 			if err != nil {
 				return err
 			}
