@@ -431,7 +431,7 @@ func (s *elanousSystem) Fill(ctx context.Context, shape fillShape, n, clients in
 	defer closeIdle(cs)
 	return runParallel(ctx, n, clients, func(ctx context.Context, w, i int) error {
 		body := shape.register(i)
-		return retry(ctx, 3, func(ctx context.Context) error { return cs[w].register(ctx, body) })
+		return retry(ctx, 10, func(ctx context.Context) error { return cs[w].register(ctx, body) })
 	}, progress)
 }
 

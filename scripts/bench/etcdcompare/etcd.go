@@ -595,10 +595,18 @@ func (s *etcdSystem) Usage() []nodeUsage {
 	return out
 }
 
-// retry calls fn up to n times with a fresh request deadline each time.
+// retry calls fn up to n times with a fresh request deadline each time,
+// backing off between attempts.
 func retry(ctx context.Context, n int, fn func(ctx context.Context) error) error {
 	var err error
-	for range n {
+	for attempt := range n {
+		if attempt > 0 { // an election may be under way: back off 100 ms, 200 ms, … up to 1 s
+			select {
+			case <-time.After(min(time.Duration(attempt)*100*time.Millisecond, time.Second)):
+			case <-ctx.Done():
+				return err
+			}
+		}
 		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
 		err = fn(rctx)
 		cancel()
