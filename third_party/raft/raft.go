@@ -1584,6 +1584,17 @@ func (r *Raft) appendEntries(rpc RPC, a *AppendEntriesRequest) {
 				if entry.Index <= r.configurations.latestIndex {
 					r.setLatestConfiguration(r.configurations.committed, r.configurations.committedIndex)
 				}
+				// Patched (elanous-node): the suffix is gone from the store,
+				// so the last log is the entry before it (the one that
+				// matched) until the new entries are stored. Otherwise a
+				// failed StoreLogs below (a full disk) leaves lastLog naming
+				// a deleted entry, and every later AppendEntries fails on it
+				// for good.
+				prevIdx, prevTerm := a.PrevLogEntry, a.PrevLogTerm
+				if i > 0 {
+					prevIdx, prevTerm = a.Entries[i-1].Index, a.Entries[i-1].Term
+				}
+				r.setLastLog(prevIdx, prevTerm)
 				newEntries = a.Entries[i:]
 				break
 			}
@@ -1593,8 +1604,6 @@ func (r *Raft) appendEntries(rpc RPC, a *AppendEntriesRequest) {
 			// Append the new entries
 			if err := r.logs.StoreLogs(newEntries); err != nil {
 				r.logger.Error("failed to append to logs", "error", err)
-				// TODO: leaving r.getLastLog() in the wrong
-				// state if there was a truncation above
 				return
 			}
 
