@@ -1,8 +1,8 @@
 // Package cluster runs the Raft node of an elanous-node candidate.
 //
 // It owns the stores (raft-boltdb/v2 for the log and stable store, a file
-// snapshot store under <data_dir>/raft), the transport (plain TCP or mutual
-// TLS), bootstrap from the candidate list, and leadership: a node that wins an
+// snapshot store under <data_dir>/raft), the choice of transport (plain TCP
+// or mutual TLS, both in package cluster/transport), bootstrap from the candidate list, and leadership: a node that wins an
 // election stamps every command with its cluster time, claims the primary
 // (ClaimPrimary, which sets the generation and rebases every TTL) and accepts
 // writes once that claim is applied; while it leads it proposes the Sweeps

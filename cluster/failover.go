@@ -3,15 +3,14 @@ package cluster
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/elanous/elanous-node/cluster/transport"
 	"github.com/hashicorp/raft"
 )
 
@@ -26,7 +25,7 @@ import (
 // out its election timer as well.
 //
 // With it, a follower that sees one of its inbound Raft connections fail
-// (stream.go, tls_transport.go) dials its leader's Raft address. A refused
+// (transport.OnDrop of the TCP and TLS transports) dials its leader's Raft address. A refused
 // connection means nothing listens there: the leader's process is gone. The
 // survivors then stand one after the other, in an order they all compute
 // alike, the best placed last (electionOrder): each earlier one turns
@@ -184,23 +183,15 @@ func (n *Node) leaderGone(seen time.Time) (leaderDeath, bool) {
 		if conn, err = n.failover.dial(string(addr), leaderProbeTimeout); err == nil {
 			_ = conn.Close()
 		}
-		if processGone(err) {
+		if transport.ProcessGone(err) {
 			return d, true
 		}
-		if isTimeout(err) {
+		if transport.IsTimeout(err) {
 			break // a timeout will not turn into a refusal
 		}
 	}
 	n.log.Debug("a raft connection dropped; the leader's address does not refuse connections", "leader", d.leader, "err", err)
 	return leaderDeath{}, false
-}
-
-// processGone reports whether a dial's error says that nothing listens at the
-// address: the host is up and answered, and no process holds the port. A
-// timeout, an unreachable host or network, or a connection that succeeds
-// says nothing about the leader's process.
-func processGone(err error) bool {
-	return errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // logFigure is one survivor's last log entry, what raft's vote check

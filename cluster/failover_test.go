@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elanous/elanous-node/cluster/transport"
 	"github.com/elanous/elanous-node/fsm"
 	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/hashicorp/raft"
@@ -113,8 +114,8 @@ func TestProcessGone(t *testing.T) {
 		{"a TLS handshake failure", errors.New("dial node-a (127.0.0.1:1): remote error: tls: bad certificate"), false},
 	}
 	for _, tc := range tests {
-		if got := processGone(tc.err); got != tc.want {
-			t.Errorf("%s: processGone(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		if got := transport.ProcessGone(tc.err); got != tc.want {
+			t.Errorf("%s: transport.ProcessGone(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
 		}
 	}
 }
@@ -175,7 +176,7 @@ func TestLeaderDeathOver(t *testing.T) {
 // them), fast failover on and the in-process health probe.
 func newTCPCluster(t *testing.T) (*testCluster, []*testutil.SyncBuffer) {
 	t.Helper()
-	addrs := freeAddrs(t, 3)
+	addrs := testutil.FreeAddrs(t, 3)
 	var cands []Candidate
 	for i, a := range addrs {
 		cands = append(cands, Candidate{Machine: fmt.Sprintf("node-%c", 'a'+i), URL: "http://" + a, Raft: a})
@@ -309,7 +310,7 @@ func TestFastFailover_UnreachableLeaderIsNotHurried(t *testing.T) {
 
 	// The leader's address keeps accepting: a listener takes it over
 	// before the connections close, and holds what it accepts.
-	if err := dead.stream.ln.Close(); err != nil {
+	if err := dead.stream.CloseListener(); err != nil {
 		t.Fatal(err)
 	}
 	hang, err := net.Listen("tcp", tc.cfgs[leader].BindAddr)

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/elanous/elanous-node/cluster/certs"
+	"github.com/elanous/elanous-node/cluster/transport"
 	"github.com/elanous/elanous-node/fsm"
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
 
@@ -196,7 +198,7 @@ type Node struct {
 	trans raft.Transport
 	// stream is the plaintext transport's stream layer (nil with TLS or
 	// Config.Transport); tests close it as a process death would.
-	stream *tcpStream
+	stream *transport.TCPStream
 	stores *Stores
 	closer []io.Closer
 	log    *slog.Logger
@@ -278,7 +280,7 @@ func New(cfg Config) (*Node, error) {
 			n.failover.dial = opened.dial
 		}
 	}
-	trans = safeTransport(trans)
+	trans = transport.Safe(trans)
 	n.trans = trans
 	n.stores = stores
 
@@ -400,7 +402,7 @@ type openedTransport struct {
 	// failover's probe of the leader (failover.go).
 	dial func(addr string, timeout time.Duration) (net.Conn, error)
 	// stream is the plaintext transport's stream layer; nil with TLS.
-	stream *tcpStream
+	stream *transport.TCPStream
 }
 
 // openTransport opens the TCP transport, or the mutual TLS one when cfg.TLS
@@ -410,23 +412,21 @@ type openedTransport struct {
 // fails.
 func openTransport(cfg Config, peers func() []Candidate, log *slog.Logger, onDrop func()) (openedTransport, error) {
 	if cfg.TLS != nil {
-		t, err := newTLSTransport(tlsTransportConfig{
-			BindAddr: cfg.BindAddr, Advertise: cfg.Advertise, Certs: cfg.TLS, Peers: peers,
+		t, err := transport.NewTLS(transport.TLSConfig{
+			BindAddr: cfg.BindAddr, Advertise: cfg.Advertise, Certs: cfg.TLS,
+			Peers:   func() []transport.Peer { return raftPeers(peers()) },
 			Timeout: transportTimeout, Logger: log, HCLog: raftLogger(cfg), OnDrop: onDrop,
 		})
 		if err != nil {
 			return openedTransport{}, err
 		}
-		dial := func(addr string, timeout time.Duration) (net.Conn, error) {
-			return t.dialer.Dial(raft.ServerAddress(addr), timeout)
-		}
-		return openedTransport{Transport: t, dial: dial}, nil
+		return openedTransport{Transport: t, dial: t.Dial}, nil
 	}
 	adv, err := net.ResolveTCPAddr("tcp", cfg.Advertise)
 	if err != nil {
 		return openedTransport{}, fmt.Errorf("raft advertise address %q: %w", cfg.Advertise, err)
 	}
-	stream, err := newTCPStream(cfg.BindAddr, adv, onDrop)
+	stream, err := transport.NewTCPStream(cfg.BindAddr, adv, onDrop)
 	if err != nil {
 		return openedTransport{}, fmt.Errorf("raft transport on %s: %w", cfg.BindAddr, err)
 	}
@@ -438,6 +438,23 @@ func openTransport(cfg Config, peers func() []Candidate, log *slog.Logger, onDro
 	}
 	return openedTransport{Transport: t, dial: dial, stream: stream}, nil
 }
+
+// raftPeers is the transport's view of the candidates: machine and Raft
+// address.
+func raftPeers(cands []Candidate) []transport.Peer {
+	peers := make([]transport.Peer, len(cands))
+	for i, c := range cands {
+		peers[i] = transport.Peer{Machine: c.Machine, Raft: c.Raft}
+	}
+	return peers
+}
+
+// raftLogger is the hclog.Logger raft writes through for this node
+// (transport.RaftLogger).
+func raftLogger(cfg Config) hclog.Logger { return transport.RaftLogger(cfg.Logger, cfg.ID) }
+
+// LevelTrace is the slog level of raft's Trace lines, below slog.LevelDebug.
+const LevelTrace = transport.LevelTrace
 
 // transportTimeout is the Raft transport's I/O deadline per RPC (scaled up
 // for snapshots by raft).

@@ -1,4 +1,4 @@
-package cluster
+package transport
 
 import (
 	"errors"
@@ -17,7 +17,7 @@ func (stringer) String() string { return "as-string" }
 func TestRaftLogger_WritesThroughSlog(t *testing.T) {
 	var buf testutil.SyncBuffer
 	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	h := raftLogger(Config{ID: "node-a", Logger: logger})
+	h := RaftLogger(logger, "node-a")
 
 	h.Trace("not written")
 	h.Debug("not written either")
@@ -54,7 +54,7 @@ func TestRaftLogger_WritesThroughSlog(t *testing.T) {
 func TestRaftLogger_Levels(t *testing.T) {
 	var buf testutil.SyncBuffer
 	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: LevelTrace}))
-	h := raftLogger(Config{ID: "node-a", Logger: logger})
+	h := RaftLogger(logger, "node-a")
 	if !h.IsTrace() || h.GetLevel() != hclog.Trace {
 		t.Errorf("IsTrace() = %v, GetLevel() = %v with a trace handler, want true, Trace", h.IsTrace(), h.GetLevel())
 	}

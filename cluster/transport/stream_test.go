@@ -1,4 +1,4 @@
-package cluster
+package transport
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/hashicorp/raft"
 )
 
@@ -15,13 +16,13 @@ import (
 // failed Read or Write once, and Close closes every connection, accepted or dialed,
 // and refuses later dials, as a dead process would.
 func TestTCPStream_DropsAndClose(t *testing.T) {
-	addrs := freeAddrs(t, 1)
+	addrs := testutil.FreeAddrs(t, 1)
 	adv, err := net.ResolveTCPAddr("tcp", addrs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	var drops atomic.Int32
-	s, err := newTCPStream(addrs[0], adv, func() { drops.Add(1) })
+	s, err := NewTCPStream(addrs[0], adv, func() { drops.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestTCPStream_DropsAndClose(t *testing.T) {
 	s.Close()
 	for name, c := range map[string]net.Conn{"the dialed connection's peer": outPeer, "the accepted connection's peer": inPeer} {
 		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if _, err := c.Read(buf); err == nil || isTimeout(err) {
+		if _, err := c.Read(buf); err == nil || IsTimeout(err) {
 			t.Errorf("%s read %v after Close, want EOF or a reset", name, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package cluster
+package transport
 
 import (
 	"crypto/tls"
@@ -31,25 +31,25 @@ var (
 // over the bound is closed at once.
 const maxHandshakes = 64
 
-// tlsTransportConfig configures newTLSTransport.
-type tlsTransportConfig struct {
+// TLSConfig configures NewTLS.
+type TLSConfig struct {
 	BindAddr  string
 	Advertise string
 	Certs     *certs.Store
 	// Peers returns the current candidates: the machines allowed to connect,
 	// and the Raft address of each, which tells a dial which certificate to
 	// expect. It is called at every connection, so the set may change.
-	Peers   func() []Candidate
+	Peers   func() []Peer
 	Timeout time.Duration // raft's I/O deadline per RPC
 	Logger  *slog.Logger
 	HCLog   hclog.Logger
 	// OnDrop, when set, is called once per admitted connection whose Read
-	// or Write fails (see tcpStream: a dead leader's connections fail at
+	// or Write fails (see TCPStream: a dead leader's connections fail at
 	// once).
 	OnDrop func()
 }
 
-// tlsTransport is the Raft transport over mutual TLS.
+// TLS is the Raft transport over mutual TLS.
 //
 // Outgoing RPCs go through an ordinary raft.NetworkTransport whose stream
 // layer (tlsDialer) dials with TLS and accepts nothing. Incoming connections
@@ -64,10 +64,10 @@ type tlsTransportConfig struct {
 // Heartbeats of the inner transports have no fast-path handler, so they
 // reach raft's main loop through Consumer like every other RPC (see
 // mainThreadHeartbeats).
-type tlsTransport struct {
+type TLS struct {
 	*raft.NetworkTransport // outgoing RPCs, LocalAddr, EncodePeer/DecodePeer
 
-	cfg       tlsTransportConfig
+	cfg       TLSConfig
 	ln        net.Listener
 	dialer    *tlsDialer
 	serverTLS *tls.Config
@@ -84,8 +84,8 @@ type tlsTransport struct {
 	conns map[net.Conn]struct{}
 }
 
-// newTLSTransport listens on cfg.BindAddr and returns the transport.
-func newTLSTransport(cfg tlsTransportConfig) (*tlsTransport, error) {
+// NewTLS listens on cfg.BindAddr and returns the transport.
+func NewTLS(cfg TLSConfig) (*TLS, error) {
 	adv, err := net.ResolveTCPAddr("tcp", cfg.Advertise)
 	if err != nil {
 		return nil, fmt.Errorf("raft advertise address %q: %w", cfg.Advertise, err)
@@ -97,7 +97,7 @@ func newTLSTransport(cfg tlsTransportConfig) (*tlsTransport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raft transport on %s: %w", cfg.BindAddr, err)
 	}
-	t := &tlsTransport{
+	t := &TLS{
 		cfg:       cfg,
 		ln:        ln,
 		serverTLS: cfg.Certs.ServerConfig(tls.RequireAndVerifyClientCert),
@@ -115,14 +115,22 @@ func newTLSTransport(cfg tlsTransportConfig) (*tlsTransport, error) {
 	return t, nil
 }
 
+// Dial connects to a peer's Raft address as the transport's own dials do:
+// TLS with the certificate the peer's machine must present (fast failover's
+// probe of the leader uses it, so a live leader does not log a refused
+// connection).
+func (t *TLS) Dial(addr string, timeout time.Duration) (net.Conn, error) {
+	return t.dialer.Dial(raft.ServerAddress(addr), timeout)
+}
+
 // Consumer returns the RPCs of every admitted connection.
-func (t *tlsTransport) Consumer() <-chan raft.RPC { return t.consumeCh }
+func (t *TLS) Consumer() <-chan raft.RPC { return t.consumeCh }
 
 // SetHeartbeatHandler ignores the fast path: see mainThreadHeartbeats.
-func (t *tlsTransport) SetHeartbeatHandler(func(raft.RPC)) {}
+func (t *TLS) SetHeartbeatHandler(func(raft.RPC)) {}
 
 // Close stops accepting, closes every connection and the outgoing transport.
-func (t *tlsTransport) Close() error {
+func (t *TLS) Close() error {
 	t.closeOnce.Do(func() {
 		close(t.done)
 		_ = t.ln.Close()
@@ -141,7 +149,7 @@ func (t *tlsTransport) Close() error {
 
 // track registers an open connection, inbound or dialed; it reports false
 // (and the caller closes the connection) once the transport is closed.
-func (t *tlsTransport) track(c net.Conn) bool {
+func (t *TLS) track(c net.Conn) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.conns == nil {
@@ -151,7 +159,7 @@ func (t *tlsTransport) track(c net.Conn) bool {
 	return true
 }
 
-func (t *tlsTransport) untrack(c net.Conn) {
+func (t *TLS) untrack(c net.Conn) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.conns != nil {
@@ -160,11 +168,11 @@ func (t *tlsTransport) untrack(c net.Conn) {
 }
 
 // refuse logs one refused connection.
-func (t *tlsTransport) refuse(remote net.Addr, reason string) {
+func (t *TLS) refuse(remote net.Addr, reason string) {
 	t.cfg.Logger.Warn("raft connection refused", "remote", remote.String(), "reason", reason)
 }
 
-func (t *tlsTransport) accept() {
+func (t *TLS) accept() {
 	defer t.wg.Done()
 	delay := 5 * time.Millisecond
 	for {
@@ -201,7 +209,7 @@ func (t *tlsTransport) accept() {
 
 // admit runs the handshake and the name check of one inbound connection and
 // hands it to a NetworkTransport of its own, or closes it.
-func (t *tlsTransport) admit(raw net.Conn) {
+func (t *TLS) admit(raw net.Conn) {
 	conn := tls.Server(raw, t.serverTLS)
 	_ = raw.SetDeadline(time.Now().Add(certs.HandshakeTimeout))
 	err := conn.Handshake()
@@ -226,7 +234,7 @@ func (t *tlsTransport) admit(raw net.Conn) {
 	t.relay(inner, ic, machine)
 }
 
-func (t *tlsTransport) drop(raw net.Conn) {
+func (t *TLS) drop(raw net.Conn) {
 	_ = raw.Close()
 	t.untrack(raw)
 }
@@ -234,7 +242,7 @@ func (t *tlsTransport) drop(raw net.Conn) {
 // relay passes the RPCs of one admitted connection to Consumer while their
 // header names the certificate's machine; on the first that does not, it
 // closes the connection and answers ErrPeerMismatch.
-func (t *tlsTransport) relay(inner *raft.NetworkTransport, ic *inboundConn, machine string) {
+func (t *TLS) relay(inner *raft.NetworkTransport, ic *inboundConn, machine string) {
 	defer func() {
 		_ = ic.Close()
 		_ = inner.Close()
@@ -292,7 +300,7 @@ func rpcName(cmd any) string {
 
 // peerMachine returns the candidate a verified peer certificate is for: its
 // DNS names must include exactly one candidate's machine.
-func peerMachine(leaf *x509.Certificate, cands []Candidate) (string, error) {
+func peerMachine(leaf *x509.Certificate, cands []Peer) (string, error) {
 	var named []string
 	for _, c := range cands {
 		if slices.Contains(leaf.DNSNames, c.Machine) {
@@ -313,7 +321,7 @@ func peerMachine(leaf *x509.Certificate, cands []Candidate) (string, error) {
 type inboundConn struct {
 	*tls.Conn
 	raw      net.Conn
-	t        *tlsTransport
+	t        *TLS
 	once     sync.Once
 	dropOnce sync.Once
 	closed   chan struct{}
@@ -384,7 +392,7 @@ func (l *oneConnListener) Dial(raft.ServerAddress, time.Duration) (net.Conn, err
 // peers with TLS and never accepts.
 type tlsDialer struct {
 	addr   net.Addr
-	t      *tlsTransport
+	t      *TLS
 	once   sync.Once
 	closed chan struct{}
 }
@@ -455,7 +463,7 @@ func (d *tlsDialer) Dial(address raft.ServerAddress, timeout time.Duration) (net
 type dialedConn struct {
 	*tls.Conn
 	raw  net.Conn
-	t    *tlsTransport
+	t    *TLS
 	once sync.Once
 }
 

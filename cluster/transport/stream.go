@@ -1,4 +1,4 @@
-package cluster
+package transport
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// tcpStream is the stream layer of the plaintext Raft transport: raft's
+// TCPStream is the stream layer of the plaintext Raft transport: raft's
 // TCPStreamLayer, plus two things it lacks.
 //
 //   - Every accepted connection reports, once, the first Read or Write that
@@ -23,7 +23,7 @@ import (
 //     a closed transport kept its pooled connections and the handlers of
 //     inbound ones blocked in Read until the peer closed them. With this
 //     Close, a closed transport looks from outside as a dead process does.
-type tcpStream struct {
+type TCPStream struct {
 	ln        net.Listener
 	advertise net.Addr
 	onDrop    func() // nil: no reports
@@ -32,9 +32,9 @@ type tcpStream struct {
 	conns map[net.Conn]struct{} // open connections; guarded by mu; nil once closed
 }
 
-// newTCPStream listens on bind and returns the stream layer; advertise must
+// NewTCPStream listens on bind and returns the stream layer; advertise must
 // be a dialable TCP address (raft puts it in every RPC header).
-func newTCPStream(bind string, advertise *net.TCPAddr, onDrop func()) (*tcpStream, error) {
+func NewTCPStream(bind string, advertise *net.TCPAddr, onDrop func()) (*TCPStream, error) {
 	if advertise.IP == nil || advertise.IP.IsUnspecified() {
 		return nil, fmt.Errorf("raft advertise address %s is not dialable", advertise)
 	}
@@ -42,11 +42,11 @@ func newTCPStream(bind string, advertise *net.TCPAddr, onDrop func()) (*tcpStrea
 	if err != nil {
 		return nil, err
 	}
-	return &tcpStream{ln: ln, advertise: advertise, onDrop: onDrop, conns: map[net.Conn]struct{}{}}, nil
+	return &TCPStream{ln: ln, advertise: advertise, onDrop: onDrop, conns: map[net.Conn]struct{}{}}, nil
 }
 
 // Accept returns the next inbound connection, wrapped to report a failed Read.
-func (s *tcpStream) Accept() (net.Conn, error) {
+func (s *TCPStream) Accept() (net.Conn, error) {
 	c, err := s.ln.Accept()
 	if err != nil {
 		return nil, err
@@ -63,7 +63,7 @@ func (s *tcpStream) Accept() (net.Conn, error) {
 }
 
 // Dial connects to a peer; it fails once the layer is closed.
-func (s *tcpStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+func (s *TCPStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	if s.isClosed() {
 		return nil, fmt.Errorf("dial %s: %w", address, net.ErrClosed)
 	}
@@ -79,7 +79,7 @@ func (s *tcpStream) Dial(address raft.ServerAddress, timeout time.Duration) (net
 }
 
 // Close closes the listener and every open connection.
-func (s *tcpStream) Close() error {
+func (s *TCPStream) Close() error {
 	err := s.ln.Close()
 	s.mu.Lock()
 	conns := s.conns
@@ -92,16 +92,22 @@ func (s *tcpStream) Close() error {
 }
 
 // Addr is the advertised address (raft's RPC headers carry it).
-func (s *tcpStream) Addr() net.Addr { return s.advertise }
+func (s *TCPStream) Addr() net.Addr { return s.advertise }
 
-func (s *tcpStream) isClosed() bool {
+// CloseListener stops accepting connections and leaves the open ones as
+// they are, so another listener can take the address over while the peers'
+// connections still stand (a paused or black-holed process, as the peers see
+// it).
+func (s *TCPStream) CloseListener() error { return s.ln.Close() }
+
+func (s *TCPStream) isClosed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.conns == nil
 }
 
 // track registers an open connection; false once the layer is closed.
-func (s *tcpStream) track(c net.Conn) bool {
+func (s *TCPStream) track(c net.Conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conns == nil {
@@ -111,7 +117,7 @@ func (s *tcpStream) track(c net.Conn) bool {
 	return true
 }
 
-func (s *tcpStream) untrack(c net.Conn) {
+func (s *TCPStream) untrack(c net.Conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conns != nil {
@@ -122,7 +128,7 @@ func (s *tcpStream) untrack(c net.Conn) {
 // trackedConn forgets itself in its layer when closed.
 type trackedConn struct {
 	net.Conn
-	s    *tcpStream
+	s    *TCPStream
 	once sync.Once
 }
 
@@ -160,8 +166,8 @@ func (c *watchedConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// isTimeout reports whether err is a network timeout.
-func isTimeout(err error) bool {
+// IsTimeout reports whether err is a network timeout.
+func IsTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -1,4 +1,4 @@
-package cluster
+package transport
 
 import (
 	"io"
@@ -19,7 +19,7 @@ func TestSafeTransport_ClockSkewHeartbeatsOnMainThread(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recv := safeTransport(recvRaw)
+	recv := Safe(recvRaw)
 	defer recvRaw.Close()
 	var fastPath atomic.Bool
 	recv.SetHeartbeatHandler(func(rpc raft.RPC) {
@@ -27,10 +27,10 @@ func TestSafeTransport_ClockSkewHeartbeatsOnMainThread(t *testing.T) {
 		rpc.Respond(&raft.AppendEntriesResponse{}, nil)
 	})
 	if _, ok := recv.(raft.WithPreVote); !ok {
-		t.Fatalf("safeTransport() dropped pre-vote support")
+		t.Fatalf("Safe() dropped pre-vote support")
 	}
 	if _, ok := recv.(raft.WithClose); !ok {
-		t.Fatalf("safeTransport() dropped Close")
+		t.Fatalf("Safe() dropped Close")
 	}
 
 	send, err := raft.NewTCPTransport("127.0.0.1:0", nil, 2, time.Second, io.Discard)

@@ -1,4 +1,4 @@
-package cluster
+package transport
 
 import (
 	"context"
@@ -16,14 +16,15 @@ import (
 // LevelTrace is the slog level of raft's Trace lines, below slog.LevelDebug.
 const LevelTrace = slog.LevelDebug - 4
 
-// raftLogger returns the hclog.Logger that raft, its TCP transport and its
-// snapshot store write through. It is an adapter onto the node's slog
-// handler, so raft's lines have the process's format (text or JSON), minimum
-// level and keys: time, level, msg, node, component ("raft"), then raft's
-// own attributes in snake_case, "err" for an error (see normalizeKey).
-func raftLogger(cfg Config) hclog.Logger {
+// RaftLogger returns the hclog.Logger that raft, its TCP transport and its
+// snapshot store write through for the node named node. It is an adapter
+// onto the node's slog handler, so raft's lines have the process's format
+// (text or JSON), minimum level and keys: time, level, msg, node, component
+// ("raft"), then raft's own attributes in snake_case, "err" for an error
+// (see normalizeKey).
+func RaftLogger(logger *slog.Logger, node string) hclog.Logger {
 	return &slogHCLogger{
-		log:   cfg.Logger.With("node", cfg.ID, "component", "raft"),
+		log:   logger.With("node", node, "component", "raft"),
 		name:  "raft",
 		level: new(atomic.Int32),
 	}

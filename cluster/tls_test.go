@@ -3,12 +3,9 @@ package cluster
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -21,83 +18,10 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// testPKI is a CA and the files of the certificates it issued, in a temp dir.
-type testPKI struct {
-	t   *testing.T
-	dir string
-	ca  certs.Pair
-}
-
-func newTestPKI(t *testing.T) *testPKI {
-	t.Helper()
-	ca, err := certs.NewCA(time.Now(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &testPKI{t: t, dir: t.TempDir(), ca: ca}
-	if err := os.WriteFile(p.caFile(), ca.Cert, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func (p *testPKI) caFile() string { return filepath.Join(p.dir, "ca.pem") }
-
-// issue writes a certificate for machine (SAN machine and 127.0.0.1) and
-// returns the files of a store for it.
-func (p *testPKI) issue(machine string) certs.Files {
-	p.t.Helper()
-	pair, err := certs.NewCert(p.ca, certs.CertRequest{Machine: machine, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}}, time.Now())
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	f := certs.Files{CA: p.caFile(), Cert: filepath.Join(p.dir, machine+".pem"), Key: filepath.Join(p.dir, machine+"-key.pem")}
-	if err := os.WriteFile(f.Cert, pair.Cert, 0o644); err != nil {
-		p.t.Fatal(err)
-	}
-	if err := os.WriteFile(f.Key, pair.Key, 0o600); err != nil {
-		p.t.Fatal(err)
-	}
-	return f
-}
-
-// tlsConfig returns a client TLS config presenting machine's certificate of
-// this CA (or none when machine is ""), trusting nothing: the attacker does
-// not care who answers.
-func (p *testPKI) clientTLS(machine string) *tls.Config {
-	p.t.Helper()
-	cfg := &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}
-	if machine != "" {
-		f := p.issue(machine)
-		kp, err := tls.LoadX509KeyPair(f.Cert, f.Key)
-		if err != nil {
-			p.t.Fatal(err)
-		}
-		// Present it whatever CAs the server says it accepts.
-		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &kp, nil }
-	}
-	return cfg
-}
-
-// freeAddrs returns n loopback addresses whose ports were free a moment ago.
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var out []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, ln.Addr().String())
-		defer ln.Close()
-	}
-	return out
-}
-
 // tlsCluster is three real nodes over mutual TLS on loopback.
 type tlsCluster struct {
 	*testCluster
-	pki   *testPKI
+	pki   *testutil.PKI
 	logs  []*testutil.SyncBuffer
 	cands []Candidate
 }
@@ -107,15 +31,15 @@ type tlsCluster struct {
 // before New.
 func newTLSCluster(t *testing.T, timeout time.Duration, tweaks ...func(*Config)) *tlsCluster {
 	t.Helper()
-	pki := newTestPKI(t)
-	addrs := freeAddrs(t, 3)
+	pki := testutil.NewPKI(t)
+	addrs := testutil.FreeAddrs(t, 3)
 	var cands []Candidate
 	for i, a := range addrs {
 		cands = append(cands, Candidate{Machine: fmt.Sprintf("node-%c", 'a'+i), URL: "https://" + a, Raft: a})
 	}
 	tc := &tlsCluster{testCluster: &testCluster{t: t}, pki: pki, cands: cands}
 	for i, c := range cands {
-		store, err := certs.Load(pki.issue(c.Machine), c.Machine)
+		store, err := certs.Load(pki.Issue(c.Machine), c.Machine)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,7 +193,7 @@ func TestTLSTransport_RawAttacksRefused(t *testing.T) {
 	tc := newTLSCluster(t, time.Second)
 	tc.readyLeader()
 	tc.converged()
-	otherCA := newTestPKI(t)
+	otherCA := testutil.NewPKI(t)
 
 	nodeA := tc.cands[0]
 	cases := []struct {
@@ -279,10 +203,10 @@ func TestTLSTransport_RawAttacksRefused(t *testing.T) {
 		reason string // in its log line
 	}{
 		{"plain TCP", nil, 1, "tls handshake"},
-		{"TLS without a certificate", tc.pki.clientTLS(""), 1, "certificate"},
-		{"certificate of another CA naming node-a", otherCA.clientTLS("node-a"), 1, "unknown authority"},
-		{"certificate of the CA naming a non-candidate", tc.pki.clientTLS("node-x"), 1, "names no candidate"},
-		{"node-b's certificate dialling node-c as node-a", tc.pki.clientTLS("node-b"), 2, "certificate names node-b but the AppendEntries claims to come from"},
+		{"TLS without a certificate", tc.pki.ClientTLS(""), 1, "certificate"},
+		{"certificate of another CA naming node-a", otherCA.ClientTLS("node-a"), 1, "unknown authority"},
+		{"certificate of the CA naming a non-candidate", tc.pki.ClientTLS("node-x"), 1, "names no candidate"},
+		{"node-b's certificate dialling node-c as node-a", tc.pki.ClientTLS("node-b"), 2, "certificate names node-b but the AppendEntries claims to come from"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -353,111 +277,4 @@ func grepLines(s, needle string) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-// A dial to node-b must reach a certificate naming node-b: a listener at
-// node-b's address presenting node-c's certificate (of the same CA) is
-// refused before an RPC is sent, and the dialler logs why.
-func TestTLSDialer_RefusesWrongPeerCertificate(t *testing.T) {
-	pki := newTestPKI(t)
-	addrs := freeAddrs(t, 2)
-	cands := []Candidate{{Machine: "node-a", Raft: addrs[0]}, {Machine: "node-b", Raft: addrs[1]}, {Machine: "node-c", Raft: "127.0.0.1:9"}}
-	impostor, err := certs.Load(pki.issue("node-c"), "node-c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := tls.Listen("tcp", addrs[1], impostor.ServerConfig(tls.RequireAndVerifyClientCert))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.(*tls.Conn).Handshake()
-			c.Close()
-		}
-	}()
-
-	store, err := certs.Load(pki.issue("node-a"), "node-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &testutil.SyncBuffer{}
-	tr, err := newTLSTransport(tlsTransportConfig{BindAddr: addrs[0], Advertise: addrs[0], Certs: store,
-		Peers: func() []Candidate { return cands }, Timeout: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(logs, nil)),
-		HCLog: raftLogger(Config{ID: "node-a", Logger: slog.New(slog.DiscardHandler)})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-
-	var resp raft.RequestVoteResponse
-	err = tr.RequestVote("node-b", raft.ServerAddress(addrs[1]), &raft.RequestVoteRequest{Term: 2}, &resp)
-	if err == nil {
-		t.Fatal("RequestVote() to an impostor error = nil, want a refused handshake")
-	}
-	if !strings.Contains(logs.String(), "raft dial refused") || !strings.Contains(logs.String(), "peer=node-b") {
-		t.Errorf("log = %q, want a \"raft dial refused\" line naming node-b", logs.String())
-	}
-	err = tr.RequestVote("node-z", "127.0.0.1:7", &raft.RequestVoteRequest{Term: 2}, &resp)
-	if !errors.Is(err, ErrUnknownPeerAddress) {
-		t.Errorf("RequestVote() to an address no candidate has error = %v, want %v", err, ErrUnknownPeerAddress)
-	}
-}
-
-// Heartbeats over the TLS transport reach raft's main loop through
-// Consumer, never a fast-path handler (hashicorp/raft#695, see
-// mainThreadHeartbeats).
-func TestSafeTransport_TLSHeartbeatsOnMainThread(t *testing.T) {
-	pki := newTestPKI(t)
-	addrs := freeAddrs(t, 2)
-	cands := []Candidate{{Machine: "node-a", Raft: addrs[0]}, {Machine: "node-b", Raft: addrs[1]}}
-	open := func(i int) *tlsTransport {
-		store, err := certs.Load(pki.issue(cands[i].Machine), cands[i].Machine)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr, err := newTLSTransport(tlsTransportConfig{BindAddr: addrs[i], Advertise: addrs[i], Certs: store,
-			Peers: func() []Candidate { return cands }, Timeout: 2 * time.Second, Logger: slog.New(slog.DiscardHandler),
-			HCLog: raftLogger(Config{ID: cands[i].Machine, Logger: slog.New(slog.DiscardHandler)})})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tr.Close() })
-		return tr
-	}
-	recvRaw, send := open(0), open(1)
-	recv := safeTransport(recvRaw)
-	if _, ok := recv.(raft.WithPreVote); !ok {
-		t.Fatalf("safeTransport() dropped pre-vote support")
-	}
-	var fastPath bool
-	var mu sync.Mutex
-	recv.SetHeartbeatHandler(func(rpc raft.RPC) {
-		mu.Lock()
-		fastPath = true
-		mu.Unlock()
-		rpc.Respond(&raft.AppendEntriesResponse{}, nil)
-	})
-	go func() {
-		select {
-		case rpc := <-recv.Consumer():
-			rpc.Respond(&raft.AppendEntriesResponse{Term: 7, Success: true}, nil)
-		case <-time.After(5 * time.Second):
-		}
-	}()
-	hb := raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ID: []byte("node-b"), Addr: []byte(addrs[1])}, Term: 7}
-	var resp raft.AppendEntriesResponse
-	if err := send.AppendEntries("node-a", raft.ServerAddress(addrs[0]), &hb, &resp); err != nil {
-		t.Fatalf("AppendEntries() error = %v", err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if fastPath || !resp.Success {
-		t.Fatalf("heartbeat took the fast path = %v, main-loop answer = %+v; want it on Consumer()", fastPath, resp)
-	}
 }

@@ -1,4 +1,4 @@
-package cluster
+package transport
 
 import "github.com/hashicorp/raft"
 
@@ -12,10 +12,10 @@ import "github.com/hashicorp/raft"
 // stamps its own entries with the NEW term; two different entries then share
 // an (index, term) pair, Raft's log-matching check cannot see the difference
 // and the replicas' state machines diverge for good (hashicorp/raft#695).
-// The fault suite's clock-skew scenario caught exactly that. Refusing the
-// fast-path registration makes raft queue heartbeats on its RPC channel, where
-// the term change is serialised with dispatchLogs. The price is that a
-// follower busy with a disk write answers a heartbeat after it, not before.
+// Refusing the fast-path registration makes raft queue heartbeats on its RPC
+// channel, where the term change is serialised with dispatchLogs. The price
+// is that a follower busy with a disk write answers a heartbeat after it, not
+// before.
 type mainThreadHeartbeats struct {
 	netTransport
 }
@@ -31,13 +31,13 @@ type netTransport interface {
 // SetHeartbeatHandler ignores the fast-path handler raft offers.
 func (mainThreadHeartbeats) SetHeartbeatHandler(func(raft.RPC)) {}
 
-// safeTransport wraps the transports whose heartbeat fast path is unsafe:
+// Safe wraps the transports whose heartbeat fast path is unsafe:
 // raft's NetworkTransport and the TLS transport built on it.
-func safeTransport(t raft.Transport) raft.Transport {
+func Safe(t raft.Transport) raft.Transport {
 	switch nt := t.(type) {
 	case *raft.NetworkTransport:
 		return mainThreadHeartbeats{nt}
-	case *tlsTransport:
+	case *TLS:
 		return mainThreadHeartbeats{nt}
 	}
 	return t
