@@ -23,4 +23,20 @@
 // The operations (ops.go) are Backup (a copy after a ReadIndex), Restore (a
 // backup rebased once on the leader and installed through raft.Restore) and
 // TransferLeadershipTo (answered once the new leader's claim is applied).
+//
+// The files are grouped by room, the prefix of a file's name telling which:
+//
+//   - node.go, errors.go, format.go, metrics.go: the Node, its stores and
+//     configuration, the errors it returns, the version of its formats, and
+//     its metrics.
+//   - membership*.go: candidates and the servers of the Raft configuration,
+//     the replicated directory, the leader's maintenance (ARCHITECTURE.md §9).
+//   - write_*.go and renew.go: the write path, from the precheck through the
+//     batcher and Propose to AnnounceCommit; renewals (ARCHITECTURE.md §2, §3).
+//   - leader*.go and fences.go: leadership and time, the lease clock, fast
+//     failover's election, the fences read from it (ARCHITECTURE.md §3, §11).
+//   - ops*.go: backup, restore, leadership transfer, recovery after a lost
+//     quorum, shutdown and status (ARCHITECTURE.md §10).
+//
+// The Raft network layer is package cluster/transport.
 package cluster

@@ -98,7 +98,7 @@ type Config struct {
 	HealthProbe HealthProbe
 	// MembershipInterval is how often the leader probes the servers, keeps
 	// the candidate directory in step with Raft and promotes caught-up
-	// non-voters (maintain.go); default 1s.
+	// non-voters (membership_maintain.go); default 1s.
 	MembershipInterval time.Duration
 	// ServerStabilization is how long a new server must stay caught up
 	// before the leader promotes it to voter; default 3s.
@@ -109,7 +109,7 @@ type Config struct {
 	// FastFailover makes a follower whose leader's process died (its Raft
 	// address refuses connections) stand for election as soon as raft's
 	// rules allow, in an order shared with the other survivors
-	// (failover.go). It needs the TCP or TLS transport (not Transport) and,
+	// (leader_failover.go). It needs the TCP or TLS transport (not Transport) and,
 	// to order the survivors by their logs, a HealthProbe.
 	FastFailover bool
 
@@ -203,7 +203,7 @@ type Node struct {
 	closer []io.Closer
 	log    *slog.Logger
 	// live is raft once NewRaft returned; the candidate resolution
-	// (directory.go) reads it, and may run before New returns.
+	// (membership_directory.go) reads it, and may run before New returns.
 	live atomic.Pointer[raft.Raft]
 
 	notifyCh chan bool
@@ -399,7 +399,7 @@ func openStores(cfg Config) (*Stores, io.Closer, error) {
 type openedTransport struct {
 	raft.Transport
 	// dial connects to a peer's Raft address as the transport does: fast
-	// failover's probe of the leader (failover.go).
+	// failover's probe of the leader (leader_failover.go).
 	dial func(addr string, timeout time.Duration) (net.Conn, error)
 	// stream is the plaintext transport's stream layer; nil with TLS.
 	stream *transport.TCPStream

@@ -17,7 +17,7 @@ import (
 //     fails (onDrop). A leader's process that dies has its sockets closed by the
 //     kernel, so its followers read EOF or a reset on the connections it made
 //     to them at once, long before their heartbeat timers run out; fast
-//     failover (failover.go) starts from that report.
+//     failover (cluster/leader_failover.go) starts from that report.
 //   - Close closes every connection the layer accepted or dialed, and later
 //     dials fail. raft's NetworkTransport.Close closes only the listener, so
 //     a closed transport kept its pooled connections and the handlers of
