@@ -248,6 +248,31 @@ func withRetry(ctx context.Context, c *member.Client, call func(context.Context)
 	return err
 }
 
+// runCall is the one request of a client command: the client for scope from
+// the command's flags, then call within commandTimeout under withRetry. An
+// error building the client comes back as it is; an error from call comes
+// back as "<what>: <error>" with explain's hint, its *member.APIError still
+// in the chain for a command that words a status of its own.
+func runCall[T any](cmd *cobra.Command, flags *clientFlags, scope member.Scope, what string,
+	call func(context.Context, *member.Client) (T, error),
+) (T, error) {
+	var v T
+	c, err := scopedClient(cmd, flags, scope)
+	if err != nil {
+		return v, err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), commandTimeout)
+	defer cancel()
+	err = withRetry(ctx, c, func(ctx context.Context) (err error) {
+		v, err = call(ctx, c)
+		return err
+	})
+	if err != nil {
+		return v, fmt.Errorf("%s: %w", what, explain(err, scope))
+	}
+	return v, nil
+}
+
 // explain adds a hint to common API errors.
 func explain(err error, scope member.Scope) error {
 	switch member.StatusCode(err) {

@@ -321,10 +321,7 @@ func TestLeaseCmd_AcquireAndHold(t *testing.T) {
 		t.Errorf("acquire body = %s", acquire)
 	}
 
-	events := make(chan string, 64)
-	a.mu.Lock()
-	a.events = events
-	a.mu.Unlock()
+	events := a.watch()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	var holdErr bytes.Buffer
@@ -347,6 +344,39 @@ func TestLeaseCmd_AcquireAndHold(t *testing.T) {
 	}
 }
 
+// watch makes the fake candidate report every request it serves on the
+// returned channel (see waitEvent).
+func (f *fakeCandidate) watch() <-chan string {
+	events := make(chan string, 64)
+	f.mu.Lock()
+	f.events = events
+	f.mu.Unlock()
+	return events
+}
+
+// runMemberUntilHeartbeat runs "member run" as machine mbp against a until a
+// sees its first machine heartbeat (which follows both registrations), stops
+// it, and returns its stderr.
+func runMemberUntilHeartbeat(t *testing.T, a *fakeCandidate, events <-chan string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	var logs string
+	go func() {
+		_, stderr, err := runCLI(ctx, "member", "run", "--data-dir", t.TempDir(), "--candidates", "node-a="+a.URL,
+			"--machine", "mbp", "--endpoint", "http://10.0.0.9:31414", "--interval", "100ms")
+		logs = stderr
+		done <- err
+	}()
+	waitEvent(t, events, "POST /v1/resources/machine:mbp/heartbeat")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("member run: %v\n%s", err, logs)
+	}
+	return logs
+}
+
 // waitEvent waits for a request the fake candidate reports, with a deadline.
 func waitEvent(t *testing.T, events <-chan string, want string) {
 	t.Helper()
@@ -366,26 +396,9 @@ func waitEvent(t *testing.T, events <-chan string, want string) {
 
 func TestMemberRunCmd(t *testing.T) {
 	a := newFakeCandidate(t, "node-a", "node-a", 1)
-	events := make(chan string, 64)
-	a.mu.Lock()
-	a.events = events
-	a.mu.Unlock()
+	events := a.watch()
 	t.Setenv(tokenEnv, cliTokenA)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	var logs string
-	go func() {
-		_, stderr, err := runCLI(ctx, "member", "run", "--data-dir", t.TempDir(), "--candidates", "node-a="+a.URL,
-			"--machine", "mbp", "--endpoint", "http://10.0.0.9:31414", "--interval", "100ms")
-		logs = stderr
-		done <- err
-	}()
-	// The first heartbeat follows both registrations.
-	waitEvent(t, events, "POST /v1/resources/machine:mbp/heartbeat")
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("member run: %v\n%s", err, logs)
-	}
+	logs := runMemberUntilHeartbeat(t, a, events)
 	if strings.Contains(logs, cliTokenA) || !strings.Contains(logs, "member registered") {
 		t.Errorf("logs:\n%s", logs)
 	}

@@ -327,8 +327,10 @@ func TestE2E_LeaderTransfer(t *testing.T) {
 			t.Fatalf("after leader transfer --to %s (%+v): /v1/primary on %s = %+v, %v", target.id, res, target.id, pr, err)
 		}
 		t.Logf("leader transfer %s → %s: %d ms on the leader, %s with the command", leader.id, target.id, res.TookMs, took.Round(time.Millisecond))
-		if took > time.Second {
-			t.Errorf("%s led %s after the command started, want within 1 s", target.id, took.Round(time.Millisecond))
+		// The contract is 1 s on the leader's own clock (the answer's tookMs);
+		// the command as a whole (a process start, a dial) gets a generous margin.
+		if res.TookMs > 1000 || took > 5*time.Second {
+			t.Errorf("%s led %d ms after the leader began (want within 1 s), %s after the command started (want within 5 s)", target.id, res.TookMs, took.Round(time.Millisecond))
 		}
 		leader, gen = target, pr.Generation
 	}

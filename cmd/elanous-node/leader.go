@@ -45,11 +45,7 @@ when the target could not take over (the current leader leads on).`,
 			if to != "" && !wire.ValidCandidate(to) {
 				return fmt.Errorf("--to %q is not a candidate name (%s)", to, wire.CandidatePatternText)
 			}
-			env, err := flags.env(cmd, member.ScopeAdmin)
-			if err != nil {
-				return err
-			}
-			client, err := env.client()
+			client, err := scopedClient(cmd, &flags, member.ScopeAdmin)
 			if err != nil {
 				return err
 			}

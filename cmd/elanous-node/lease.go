@@ -6,9 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -229,22 +229,17 @@ func newLeaseReleaseCmd() *cobra.Command {
 		Args:                  cobra.NoArgs,
 		DisableFlagsInUseLine: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := scopedClient(cmd, &flags, member.ScopeMember)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), commandTimeout)
-			defer cancel()
-			err = withRetry(ctx, c, func(ctx context.Context) error { return c.ReleasePortLease(ctx, port, leaseID) })
+			_, err := runCall(cmd, &flags, member.ScopeMember, fmt.Sprintf("release port %d", port), func(ctx context.Context, c *member.Client) (struct{}, error) {
+				return struct{}{}, c.ReleasePortLease(ctx, port, leaseID)
+			})
 			switch member.StatusCode(err) {
-			case 0:
 			case 404:
 				return fmt.Errorf("release port %d: no lease on that port (already released or expired)", port)
 			case 409:
 				return fmt.Errorf("release port %d: the port is held under another lease id", port)
 			}
 			if err != nil {
-				return fmt.Errorf("release port %d: %w", port, explain(err, member.ScopeMember))
+				return err
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "released port %d\n", port)
 			return err
@@ -259,50 +254,22 @@ func newLeaseReleaseCmd() *cobra.Command {
 }
 
 func newLeaseListCmd() *cobra.Command {
-	var (
-		flags  clientFlags
-		asJSON bool
-		stale  bool
-	)
-	cmd := &cobra.Command{
-		Use:   "list [--json] [--stale]",
-		Short: "List the live port leases",
-		Long:  "List the live port leases.\n\n" + listReadHelp,
-		Example: `  elanous-node lease list --json | jq '.[].port'
+	return newList(listCommand[wire.PortLease]{
+		cmd: &cobra.Command{
+			Use:   "list [--json] [--stale]",
+			Short: "List the live port leases",
+			Long:  "List the live port leases.\n\n" + listReadHelp,
+			Example: `  elanous-node lease list --json | jq '.[].port'
   elanous-node lease list --stale`,
-		Args:                  cobra.NoArgs,
-		DisableFlagsInUseLine: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := scopedClient(cmd, &flags, member.ScopeQuery)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), commandTimeout)
-			defer cancel()
-			var list []wire.PortLease
-			err = withRetry(ctx, c, func(ctx context.Context) (err error) {
-				list, err = c.ListPortLeases(ctx, member.ReadOptions{Consistent: !stale})
-				return err
-			})
-			if err != nil {
-				return fmt.Errorf("list leases: %w", explain(err, member.ScopeQuery))
-			}
-			if asJSON {
-				if list == nil {
-					list = []wire.PortLease{}
-				}
-				return writeJSON(cmd.OutOrStdout(), list)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "PORT\tMACHINE\tPURPOSE\tLEASE ID\tEXPIRES\tGENERATION\tFENCE")
-			for _, l := range list {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\n", l.Port, l.Machine, l.Purpose, l.LeaseID, msTime(l.ExpiresAt), l.Generation, l.Fence)
-			}
-			return tw.Flush()
 		},
-	}
-	flags.bind(cmd)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
-	bindStale(cmd, &stale)
-	return cmd
+		scope: member.ScopeQuery,
+		what:  "leases",
+		fetch: func(ctx context.Context, c *member.Client, consistent bool) ([]wire.PortLease, error) {
+			return c.ListPortLeases(ctx, member.ReadOptions{Consistent: consistent})
+		},
+		header: "PORT\tMACHINE\tPURPOSE\tLEASE ID\tEXPIRES\tGENERATION\tFENCE",
+		row: func(w io.Writer, l wire.PortLease) {
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%d\t%d\n", l.Port, l.Machine, l.Purpose, l.LeaseID, msTime(l.ExpiresAt), l.Generation, l.Fence)
+		},
+	})
 }

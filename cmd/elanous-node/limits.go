@@ -54,19 +54,11 @@ answering candidate's state.`,
 		Args:                  cobra.NoArgs,
 		DisableFlagsInUseLine: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := scopedClient(cmd, &flags, member.ScopeQuery)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), commandTimeout)
-			defer cancel()
-			var st wire.LimitsStatus
-			err = withRetry(ctx, c, func(ctx context.Context) (err error) {
-				st, err = c.Limits(ctx, member.ReadOptions{Consistent: !stale})
-				return err
+			st, err := runCall(cmd, &flags, member.ScopeQuery, "read limits", func(ctx context.Context, c *member.Client) (wire.LimitsStatus, error) {
+				return c.Limits(ctx, member.ReadOptions{Consistent: !stale})
 			})
 			if err != nil {
-				return fmt.Errorf("read limits: %w", explain(err, member.ScopeQuery))
+				return err
 			}
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), st)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -11,27 +10,11 @@ import (
 
 func TestMemberRunCmd_HonoursLogSettings(t *testing.T) {
 	a := newFakeCandidate(t, "node-a", "node-a", 1)
-	events := make(chan string, 64)
-	a.mu.Lock()
-	a.events = events
-	a.mu.Unlock()
+	events := a.watch()
 	t.Setenv(tokenEnv, cliTokenA)
 	t.Setenv("ELANOUS_LOG_FORMAT", "json")
 	t.Setenv("ELANOUS_LOG_LEVEL", "warn")
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	var logs string
-	go func() {
-		_, stderr, err := runCLI(ctx, "member", "run", "--data-dir", t.TempDir(), "--candidates", "node-a="+a.URL,
-			"--machine", "mbp", "--endpoint", "http://10.0.0.9:31414", "--interval", "100ms")
-		logs = stderr
-		done <- err
-	}()
-	waitEvent(t, events, "POST /v1/resources/machine:mbp/heartbeat")
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("member run: %v\n%s", err, logs)
-	}
+	logs := runMemberUntilHeartbeat(t, a, events)
 	// At warn, the Info lines (member starting, registered, stopped) are not written.
 	if strings.Contains(logs, "member starting") || strings.Contains(logs, "member registered") {
 		t.Errorf("log.level warn: Info lines written:\n%s", logs)
@@ -39,18 +22,7 @@ func TestMemberRunCmd_HonoursLogSettings(t *testing.T) {
 
 	// At info, every line is JSON with the member's component.
 	t.Setenv("ELANOUS_LOG_LEVEL", "info")
-	ctx, cancel = context.WithCancel(t.Context())
-	go func() {
-		_, stderr, err := runCLI(ctx, "member", "run", "--data-dir", t.TempDir(), "--candidates", "node-a="+a.URL,
-			"--machine", "mbp", "--endpoint", "http://10.0.0.9:31414", "--interval", "100ms")
-		logs = stderr
-		done <- err
-	}()
-	waitEvent(t, events, "POST /v1/resources/machine:mbp/heartbeat")
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("member run: %v\n%s", err, logs)
-	}
+	logs = runMemberUntilHeartbeat(t, a, events)
 	lines := strings.Split(strings.TrimSpace(logs), "\n")
 	if len(lines) < 2 {
 		t.Fatalf("log.level info: %d lines, want the member's Info lines:\n%s", len(lines), logs)

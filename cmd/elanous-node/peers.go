@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strconv"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -43,69 +43,41 @@ demote need the admin token.`,
 }
 
 func newPeersListCmd() *cobra.Command {
-	var (
-		flags  clientFlags
-		asJSON bool
-		stale  bool
-	)
-	cmd := &cobra.Command{
-		Use:   "list [--json] [--stale]",
-		Short: "List the servers: url, raft address, voter or not, leader, last contact, lag",
-		Long: `List the servers of the cluster: machine, URL, Raft address, suffrage (voter,
+	return newList(listCommand[wire.Peer]{
+		cmd: &cobra.Command{
+			Use:   "list [--json] [--stale]",
+			Short: "List the servers: url, raft address, voter or not, leader, last contact, lag",
+			Long: `List the servers of the cluster: machine, URL, Raft address, suffrage (voter,
 nonvoter, or "none" for a directory entry that is no server), whether it
 leads, and — from the leader's latest probe of each — its last contact with
 the leader and how many entries it lags behind. A non-voter marked
 "promoting" becomes a voter once it has caught up.
 
 ` + listReadHelp + ` A --stale read shows no last contact and no lag.`,
-		Example: `  elanous-node peers list
+			Example: `  elanous-node peers list
   elanous-node peers list --json | jq '.[] | select(.suffrage == "voter") | .machine'`,
-		Args:                  cobra.NoArgs,
-		DisableFlagsInUseLine: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := scopedClient(cmd, &flags, member.ScopeQuery)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), commandTimeout)
-			defer cancel()
-			var list []wire.Peer
-			err = withRetry(ctx, c, func(ctx context.Context) (err error) {
-				list, err = c.ListPeers(ctx, member.ReadOptions{Consistent: !stale})
-				return err
-			})
-			if err != nil {
-				return fmt.Errorf("list peers: %w", explain(err, member.ScopeQuery))
-			}
-			if asJSON {
-				if list == nil {
-					list = []wire.Peer{}
-				}
-				return writeJSON(cmd.OutOrStdout(), list)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "MACHINE\tURL\tRAFT\tSUFFRAGE\tLEADER\tLAST CONTACT\tLAG\tSTATE")
-			for _, p := range list {
-				leader := ""
-				if p.Leader {
-					leader = "leader"
-				}
-				contact, lag := "-", "-"
-				if h := p.Health; h != nil && h.Reachable {
-					contact, lag = lastContactText(h.LastContactMs), strconv.FormatUint(h.Lag, 10)
-				} else if h != nil {
-					contact = "unreachable"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Machine, orDash(p.URL), orDash(p.Raft), p.Suffrage,
-					orDash(leader), contact, lag, peerState(p))
-			}
-			return tw.Flush()
 		},
-	}
-	flags.bind(cmd)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
-	bindStale(cmd, &stale)
-	return cmd
+		scope: member.ScopeQuery,
+		what:  "peers",
+		fetch: func(ctx context.Context, c *member.Client, consistent bool) ([]wire.Peer, error) {
+			return c.ListPeers(ctx, member.ReadOptions{Consistent: consistent})
+		},
+		header: "MACHINE\tURL\tRAFT\tSUFFRAGE\tLEADER\tLAST CONTACT\tLAG\tSTATE",
+		row: func(w io.Writer, p wire.Peer) {
+			leader := ""
+			if p.Leader {
+				leader = "leader"
+			}
+			contact, lag := "-", "-"
+			if h := p.Health; h != nil && h.Reachable {
+				contact, lag = lastContactText(h.LastContactMs), strconv.FormatUint(h.Lag, 10)
+			} else if h != nil {
+				contact = "unreachable"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Machine, orDash(p.URL), orDash(p.Raft), p.Suffrage,
+				orDash(leader), contact, lag, peerState(p))
+		},
+	})
 }
 
 // lastContactText prints a last contact in milliseconds.
@@ -288,15 +260,11 @@ the removed server without any change on their side.`,
 			if !wire.ValidCandidate(machine) {
 				return fmt.Errorf("machine %q must match %s", machine, wire.CandidatePatternText)
 			}
-			c, err := scopedClient(cmd, &flags, member.ScopeAdmin)
+			_, err := runCall(cmd, &flags, member.ScopeAdmin, "remove "+machine, func(ctx context.Context, c *member.Client) (struct{}, error) {
+				return struct{}{}, c.RemovePeer(ctx, machine, force)
+			})
 			if err != nil {
 				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), commandTimeout)
-			defer cancel()
-			err = withRetry(ctx, c, func(ctx context.Context) error { return c.RemovePeer(ctx, machine, force) })
-			if err != nil {
-				return fmt.Errorf("remove %s: %w", machine, explain(err, member.ScopeAdmin))
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", machine)
 			return err
@@ -356,19 +324,9 @@ func changeSuffrage(cmd *cobra.Command, flags *clientFlags, machine string, call
 	if !wire.ValidCandidate(machine) {
 		return fmt.Errorf("machine %q must match %s", machine, wire.CandidatePatternText)
 	}
-	c, err := scopedClient(cmd, flags, member.ScopeAdmin)
+	peer, err := runCall(cmd, flags, member.ScopeAdmin, cmd.Name()+" "+machine, call)
 	if err != nil {
 		return err
-	}
-	ctx, cancel := context.WithTimeout(cmd.Context(), commandTimeout)
-	defer cancel()
-	var peer wire.Peer
-	err = withRetry(ctx, c, func(ctx context.Context) (err error) {
-		peer, err = call(ctx, c)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", cmd.Name(), machine, explain(err, member.ScopeAdmin))
 	}
 	_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s is a %s\n", peer.Machine, peer.Suffrage)
 	return err

@@ -61,11 +61,7 @@ then renamed to FILE, so FILE is either a whole, checked backup or untouched.`,
 		Example: `  ELANOUS_TOKEN=<admin token> elanous-node snapshot save --config /etc/elanous/elanous.yaml backup-$(date +%F).snap`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			env, err := flags.env(cmd, member.ScopeAdmin)
-			if err != nil {
-				return err
-			}
-			client, err := env.client()
+			client, err := scopedClient(cmd, &flags, member.ScopeAdmin)
 			if err != nil {
 				return err
 			}
@@ -246,11 +242,7 @@ taken is gone.`,
 			if err != nil {
 				return err
 			}
-			env, err := flags.env(cmd, member.ScopeAdmin)
-			if err != nil {
-				return err
-			}
-			client, err := env.client()
+			client, err := scopedClient(cmd, &flags, member.ScopeAdmin)
 			if err != nil {
 				return err
 			}

@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"text/tabwriter"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -47,19 +47,11 @@ the machine in a 0600 file and run "elanous-node join" there.`,
 			if !wire.ValidMachine(machine) {
 				return fmt.Errorf("--machine %q is not a valid machine name", machine)
 			}
-			c, err := scopedClient(cmd, &flags, member.ScopeAdmin)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), commandTimeout)
-			defer cancel()
-			var issued wire.IssuedToken
-			err = withRetry(ctx, c, func(ctx context.Context) (err error) {
-				issued, err = c.IssueMemberToken(ctx, machine)
-				return err
+			issued, err := runCall(cmd, &flags, member.ScopeAdmin, "issue token for "+machine, func(ctx context.Context, c *member.Client) (wire.IssuedToken, error) {
+				return c.IssueMemberToken(ctx, machine)
 			})
 			if err != nil {
-				return fmt.Errorf("issue token for %s: %w", machine, explain(err, member.ScopeAdmin))
+				return err
 			}
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), issued)
@@ -88,18 +80,14 @@ func newTokenRevokeCmd() *cobra.Command {
 		Args:                  cobra.NoArgs,
 		DisableFlagsInUseLine: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := scopedClient(cmd, &flags, member.ScopeAdmin)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), commandTimeout)
-			defer cancel()
-			err = withRetry(ctx, c, func(ctx context.Context) error { return c.RevokeMemberToken(ctx, machine) })
+			_, err := runCall(cmd, &flags, member.ScopeAdmin, "revoke token of "+machine, func(ctx context.Context, c *member.Client) (struct{}, error) {
+				return struct{}{}, c.RevokeMemberToken(ctx, machine)
+			})
 			if member.IsNotFound(err) {
 				return fmt.Errorf("revoke token of %s: the machine has no token", machine)
 			}
 			if err != nil {
-				return fmt.Errorf("revoke token of %s: %w", machine, explain(err, member.ScopeAdmin))
+				return err
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "revoked the token of %s\n", machine)
 			return err
@@ -112,50 +100,22 @@ func newTokenRevokeCmd() *cobra.Command {
 }
 
 func newTokenListCmd() *cobra.Command {
-	var (
-		flags  clientFlags
-		asJSON bool
-		stale  bool
-	)
-	cmd := &cobra.Command{
-		Use:   "list [--json] [--stale]",
-		Short: "List the machines that hold a token (never the tokens)",
-		Long:  "List the machines that hold a token (never the tokens).\n\n" + listReadHelp,
-		Example: `  elanous-node token list --json
+	return newList(listCommand[wire.TokenInfo]{
+		cmd: &cobra.Command{
+			Use:   "list [--json] [--stale]",
+			Short: "List the machines that hold a token (never the tokens)",
+			Long:  "List the machines that hold a token (never the tokens).\n\n" + listReadHelp,
+			Example: `  elanous-node token list --json
   elanous-node token list --stale`,
-		Args:                  cobra.NoArgs,
-		DisableFlagsInUseLine: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := scopedClient(cmd, &flags, member.ScopeAdmin)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), commandTimeout)
-			defer cancel()
-			var list []wire.TokenInfo
-			err = withRetry(ctx, c, func(ctx context.Context) (err error) {
-				list, err = c.ListMemberTokens(ctx, member.ReadOptions{Consistent: !stale})
-				return err
-			})
-			if err != nil {
-				return fmt.Errorf("list tokens: %w", explain(err, member.ScopeAdmin))
-			}
-			if asJSON {
-				if list == nil {
-					list = []wire.TokenInfo{}
-				}
-				return writeJSON(cmd.OutOrStdout(), list)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "MACHINE\tISSUED AT")
-			for _, t := range list {
-				fmt.Fprintf(tw, "%s\t%s\n", t.Machine, t.IssuedAt)
-			}
-			return tw.Flush()
 		},
-	}
-	flags.bind(cmd)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
-	bindStale(cmd, &stale)
-	return cmd
+		scope: member.ScopeAdmin,
+		what:  "tokens",
+		fetch: func(ctx context.Context, c *member.Client, consistent bool) ([]wire.TokenInfo, error) {
+			return c.ListMemberTokens(ctx, member.ReadOptions{Consistent: consistent})
+		},
+		header: "MACHINE\tISSUED AT",
+		row: func(w io.Writer, t wire.TokenInfo) {
+			fmt.Fprintf(w, "%s\t%s\n", t.Machine, t.IssuedAt)
+		},
+	})
 }
