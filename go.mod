@@ -3,7 +3,6 @@ module github.com/elanous/elanous-node
 go 1.26.8
 
 require (
-	github.com/anishathalye/porcupine v1.3.1
 	github.com/chromedp/cdproto v0.160.1
 	github.com/chromedp/chromedp v0.23.1
 	github.com/coreos/go-systemd/v22 v22.7.0

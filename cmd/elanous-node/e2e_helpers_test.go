@@ -484,36 +484,29 @@ next:
 // minGeneration, and returns that holder and claim.
 func (c *e2eCluster) waitPrimary(skip *e2eNode, minGeneration uint64, timeout time.Duration) (*e2eNode, wire.Primary) {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last string
-	for {
+	var agreed *wire.Primary
+	testutil.Poll(c.t, fmt.Sprintf("an agreed known primary above generation %d", minGeneration), timeout, func() error {
 		nodes := c.running(skip)
-		var agreed *wire.Primary
-		ok := len(nodes) > 0
+		if len(nodes) == 0 {
+			return errors.New("no node is running")
+		}
+		agreed = nil
 		for _, nd := range nodes {
 			p, err := getPrimary(nd.url)
 			switch {
 			case err != nil:
-				last, ok = fmt.Sprintf("%s: %v", nd.id, err), false
+				return fmt.Errorf("%s: %w", nd.id, err)
 			case !p.Known || p.Generation <= minGeneration:
-				last, ok = fmt.Sprintf("%s: %+v", nd.id, p), false
+				return fmt.Errorf("%s: %+v", nd.id, p)
 			case agreed != nil && (agreed.Holder != p.Holder || agreed.Generation != p.Generation):
-				last, ok = fmt.Sprintf("%s says %+v, another node %+v", nd.id, p, *agreed), false
+				return fmt.Errorf("%s says %+v, another node %+v", nd.id, p, *agreed)
 			default:
 				agreed = &p
 			}
-			if !ok {
-				break
-			}
 		}
-		if ok {
-			return c.node(agreed.Holder), *agreed
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("no agreed known primary above generation %d within %s; last: %s", minGeneration, timeout, last)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return c.node(agreed.Holder), *agreed
 }
 
 // checkLogs fails the test if any process's output shows a panic or, in a

@@ -289,8 +289,8 @@ func (c *e2eCluster) startLoad(a *ackedWrites, name string) *loadWriter {
 			if w.rc.do(func(ctx context.Context, cl *member.Client) error { _, err := cl.Register(ctx, req); return err }) {
 				a.resource(id, "primary")
 				mine = append(mine, id)
-			} else {
-				time.Sleep(50 * time.Millisecond) // a member backs off after a failure
+			} else if !testutil.Pause(w.stop, 50*time.Millisecond) { // a member backs off after a failure
+				return
 			}
 			if len(mine) > 0 {
 				hb := mine[i%len(mine)]
@@ -299,7 +299,9 @@ func (c *e2eCluster) startLoad(a *ackedWrites, name string) *loadWriter {
 					return err
 				})
 			}
-			time.Sleep(5 * time.Millisecond)
+			if !testutil.Pause(w.stop, 5*time.Millisecond) {
+				return
+			}
 		}
 	}()
 	return w

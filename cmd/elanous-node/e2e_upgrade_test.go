@@ -463,11 +463,10 @@ func TestE2E_MixedVersionUpgrade(t *testing.T) {
 	// The leader asks every server its format level every 5 s: two of
 	// three run this build, and the level stays 1 through more than one
 	// round of asking.
-	hold := time.Now().Add(6 * time.Second)
-	for time.Now().Before(hold) {
+	testutil.Hold(t, "format level 1 with one node of the previous release left", 6*time.Second, 250*time.Millisecond, func() error {
 		formatOne("with one node of the previous release left")
-		time.Sleep(250 * time.Millisecond) // sampling an invariant over a window, not waiting for a state
-	}
+		return nil
+	})
 	for _, nd := range c.nodes {
 		if old[nd] {
 			upgrade(nd)

@@ -161,7 +161,9 @@ func (c *e2eCluster) startWriter(a *ackedWrites, prefix string) *writer {
 				}
 				w.outcomes[nd.id+": "+kind]++
 				w.slowest[nd.id] = max(w.slowest[nd.id], time.Since(sent))
-				time.Sleep(10 * time.Millisecond)
+				if !testutil.Pause(w.stop, 10*time.Millisecond) {
+					return
+				}
 				continue
 			}
 			a.resource(id, nd.id)
@@ -182,8 +184,7 @@ func waitFailover(t *testing.T, survivors []*e2eNode, gen uint64, since time.Tim
 	t.Helper()
 	served := map[string]time.Duration{}
 	var claim wire.Primary
-	deadline := since.Add(timeout)
-	for len(served) < len(survivors) {
+	testutil.PollEvery(t, fmt.Sprintf("every survivor serving a generation above %d", gen), timeout-time.Since(since), 5*time.Millisecond, func() error {
 		for _, nd := range survivors {
 			if _, ok := served[nd.id]; ok {
 				continue
@@ -194,11 +195,11 @@ func waitFailover(t *testing.T, survivors []*e2eNode, gen uint64, since time.Tim
 				claim = p
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("survivors serving a generation above %d after %s: only %v", gen, timeout, served)
+		if len(served) < len(survivors) {
+			return fmt.Errorf("only %v serve it", served)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	var slowest time.Duration
 	for _, d := range served {
 		slowest = max(slowest, d)

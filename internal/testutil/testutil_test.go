@@ -68,6 +68,38 @@ func TestPoll_ReportsLastError(t *testing.T) {
 	}
 }
 
+func TestHold_FailsAtTheFirstBreak(t *testing.T) {
+	var n atomic.Int32
+	if msg := failure(t, func(tb testing.TB) {
+		Hold(tb, "always", 20*time.Millisecond, time.Millisecond, func() error { n.Add(1); return nil })
+	}); msg != "" || n.Load() < 2 {
+		t.Fatalf("Hold() of an invariant that holds failed with %q after %d samples, want success after several", msg, n.Load())
+	}
+	n.Store(0)
+	msg := failure(t, func(tb testing.TB) {
+		Hold(tb, "the count", time.Minute, time.Millisecond, func() error {
+			if n.Add(1) == 3 {
+				return errors.New("count is 3")
+			}
+			return nil
+		})
+	})
+	if !strings.Contains(msg, "the count") || !strings.Contains(msg, "count is 3") || n.Load() != 3 {
+		t.Fatalf("Hold() failed with %q after %d samples, want the third sample's error", msg, n.Load())
+	}
+}
+
+func TestPause_EndsWhenStopped(t *testing.T) {
+	stop := make(chan struct{})
+	if !Pause(stop, time.Millisecond) {
+		t.Fatal("Pause() with stop open = false, want true")
+	}
+	close(stop)
+	if Pause(stop, time.Hour) {
+		t.Fatal("Pause() with stop closed = true, want false")
+	}
+}
+
 func TestRandomToken(t *testing.T) {
 	a, b := RandomToken(), RandomToken()
 	if len(a) != 64 || strings.Trim(a, "0123456789abcdef") != "" {

@@ -30,6 +30,45 @@ func Poll(t testing.TB, what string, d time.Duration, f func() error) {
 	poll(t, what, d, 20*time.Millisecond, f)
 }
 
+// PollEvery is Poll at the interval every, for a wait whose latency the test
+// reports (a failover), where 20 ms would blur the figure.
+func PollEvery(t testing.TB, what string, d, every time.Duration, f func() error) {
+	t.Helper()
+	poll(t, what, d, every, f)
+}
+
+// Hold calls f every interval for d and fails the test at f's first error,
+// naming what: an invariant sampled over a window rather than a state awaited.
+func Hold(t testing.TB, what string, d, every time.Duration, f func() error) {
+	t.Helper()
+	end := time.Now().Add(d)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		if err := f(); err != nil {
+			t.Fatalf("%s stopped holding: %v", what, err)
+		}
+		if time.Now().After(end) {
+			return
+		}
+		<-tick.C
+	}
+}
+
+// Pause waits d, or less if stop is closed first, and reports whether stop is
+// still open. It paces a background load loop, which must end promptly when
+// the test halts it.
+func Pause(stop <-chan struct{}, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-stop:
+		return false
+	case <-timer.C:
+		return true
+	}
+}
+
 func poll(t testing.TB, what string, d, every time.Duration, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(d)

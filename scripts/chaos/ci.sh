@@ -5,4 +5,4 @@
 set -eu
 cd "$(dirname "$0")/../.."
 sh scripts/chaos/ensure-tools.sh
-exec go run ./scripts/chaos --scenario all --short --report "${1:-chaos-report.json}"
+exec scripts/chaos/run --scenario all --short --report "${1:-chaos-report.json}"

@@ -77,8 +77,11 @@ func (s *suite) runDocker(ctx context.Context, sc scenario, dir string, mon *lea
 	if _, err := exec.LookPath("docker-compose"); err != nil {
 		return nil, fs, fmt.Errorf("docker-compose is not installed (apt-get install docker-compose)")
 	}
-	gomod, _ := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	d := &dockerEnv{deploy: filepath.Join(filepath.Dir(strings.TrimSpace(string(gomod))), "deploy"), dir: dir}
+	root, err := productRoot(ctx)
+	if err != nil {
+		return nil, fs, err
+	}
+	d := &dockerEnv{deploy: filepath.Join(root, "deploy"), dir: dir}
 	// The image: deploy/build-image with the static chaos binary.
 	if err := staticELF(s.bin); err != nil {
 		return nil, fs, err

@@ -5,7 +5,7 @@
 // generations, renewal promises) and what the nodes hold (equal state hashes, every
 // acknowledged write, no panic).
 //
-//	go run ./scripts/chaos --scenario all --duration 20s --report r.json
+//	scripts/chaos/run --scenario all --duration 20s --report r.json
 //
 // It needs root (namespaces, iptables, mounts). Run --list for the scenarios.
 package main

@@ -252,17 +252,28 @@ func lockSuite() (func(), error) {
 	return func() { f.Close() }, nil
 }
 
+// productRoot is the product's module directory: the suite's own module
+// replaces github.com/elanous/elanous-node with it, so this holds from the
+// repository root and from scripts/chaos alike.
+func productRoot(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/elanous/elanous-node").Output()
+	dir := strings.TrimSpace(string(out))
+	if err != nil || dir == "" {
+		return "", fmt.Errorf("find the product's module: run from inside the repository (go list -m: %v)", err)
+	}
+	return dir, nil
+}
+
 // build compiles the chaos build of elanous-node (and, for the container
 // scenario, a static one; both are the same CGO_ENABLED=0 binary).
 func (s *suite) build(ctx context.Context) (string, error) {
 	if s.opt.bin != "" {
 		return filepath.Abs(s.opt.bin)
 	}
-	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil || strings.TrimSpace(string(gomod)) == "" || strings.TrimSpace(string(gomod)) == os.DevNull {
-		return "", fmt.Errorf("find the module root: run from inside the repository")
+	modRoot, err := productRoot(ctx)
+	if err != nil {
+		return "", err
 	}
-	modRoot := filepath.Dir(strings.TrimSpace(string(gomod)))
 	bin := filepath.Join(s.root, "bin", "elanous-node")
 	s.logf("building %s (-tags chaos, CGO_ENABLED=0)", bin)
 	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "chaos", "-trimpath", "-o", bin, "./cmd/elanous-node")

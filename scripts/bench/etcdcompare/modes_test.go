@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/elanous/elanous-node/internal/testutil"
 )
 
 func TestParseOptions_Modes(t *testing.T) {
@@ -408,22 +411,18 @@ func TestRunWatchHolder(t *testing.T) {
 	if err := dec.Decode(&c); err != nil || !c.Opened {
 		t.Fatalf("holder's first line = %+v, %v; want opened", c, err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.Poll(t, fmt.Sprintf("%d watches held and %d refused", keep, watches-keep), 10*time.Second, func() error {
 		if _, err := inW.Write([]byte("report\n")); err != nil {
 			t.Fatal(err)
 		}
 		if err := dec.Decode(&c); err != nil {
 			t.Fatal(err)
 		}
-		if c.Held == keep && c.Refused == watches-keep {
-			break
+		if c.Held != keep || c.Refused != watches-keep {
+			return fmt.Errorf("holder counts = %+v", c)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("holder counts = %+v, want %d held and %d refused", c, keep, watches-keep)
-		}
-		time.Sleep(10 * time.Millisecond) // poll interval, not a wait for state
-	}
+		return nil
+	})
 	if c.Answered+c.OtherStatus+c.Failed != 0 || len(c.ErrorKinds) != 0 {
 		t.Errorf("holder counts = %+v, want no other outcome", c)
 	}

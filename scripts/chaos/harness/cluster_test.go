@@ -2,6 +2,7 @@ package harness
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/elanous/elanous-node/wire"
 )
 
@@ -96,10 +98,9 @@ func TestCluster_ProcessLifecycle(t *testing.T) {
 // waitPanics polls the fake's log until it has printed n panic lines.
 func waitPanics(t *testing.T, c *Cluster, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(c.PanicLines()) < n && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.WaitFor(t, fmt.Sprintf("%d panic lines in the fake's log", n), 5*time.Second, func() bool {
+		return len(c.PanicLines()) >= n
+	})
 	if got := c.PanicLines(); len(got) != n {
 		t.Fatalf("PanicLines() = %q, want %d (one per start of the fake)", got, n)
 	}
