@@ -216,12 +216,11 @@ func TestNode_RestoreRefusals(t *testing.T) {
 // the young cluster's log past every restored fence.
 func TestNode_RestoreMovesTheLogPastTheBackup(t *testing.T) {
 	old := newTestCluster(t, 3, nil)
-	oi := old.readyLeader()
 	for i := range 40 {
-		mustPropose(t, old.nodes[oi], register(fmt.Sprintf("m%d", i), 600_000))
+		old.proposeOnLeader(register(fmt.Sprintf("m%d", i), 600_000))
 	}
-	last := mustPropose(t, old.nodes[oi], acquire("o1", 600_000)).Value.(fsm.PortLease)
-	_, doc := backupOf(t, old.nodes[oi])
+	last := old.proposeOnLeader(acquire("o1", 600_000)).Value.(fsm.PortLease)
+	_, doc := backupOf(t, old.nodes[old.readyLeader()])
 
 	young := newTestCluster(t, 3, fileSnapshots(t, nil))
 	yi := young.readyLeader()
@@ -243,7 +242,7 @@ func TestNode_RestoreMovesTheLogPastTheBackup(t *testing.T) {
 	young.waitConverged(res.Index)
 	cmd := acquire("o2", 600_000)
 	cmd.Machine = "m2"
-	if got := mustPropose(t, leader, cmd).Value.(fsm.PortLease); got.Fence <= last.Fence {
+	if got := young.proposeOnLeader(cmd).Value.(fsm.PortLease); got.Fence <= last.Fence {
 		t.Errorf("fence after restore = %d, want above the restored %d", got.Fence, last.Fence)
 	}
 }

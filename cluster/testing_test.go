@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -78,6 +79,23 @@ func newTestCluster(t *testing.T, n int, tweak func(i int, c *Config)) *testClus
 }
 
 // readyLeader waits for a leader whose claim is applied and returns its index.
+// proposeOnLeader proposes cmd to whichever node leads, again on the next
+// leader when leadership moved before the entry was taken (ErrNotLeader,
+// ErrNoLeader, ErrNotReady: surely not applied), for up to 10 s.
+func (tc *testCluster) proposeOnLeader(cmd fsm.Command) Applied {
+	tc.t.Helper()
+	var res Applied
+	var err error
+	testutil.WaitFor(tc.t, "a leader that takes the command", 10*time.Second, func() bool {
+		res, err = tc.nodes[tc.readyLeader()].Propose(context.Background(), cmd)
+		return !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrNoLeader) && !errors.Is(err, ErrNotReady)
+	})
+	if err != nil {
+		tc.t.Fatalf("Propose(%T) error = %v", cmd, err)
+	}
+	return res
+}
+
 func (tc *testCluster) readyLeader(except ...int) int {
 	tc.t.Helper()
 	var idx int
