@@ -220,26 +220,61 @@ func TestNode_RenewDeposedLeaderAnswersNothing(t *testing.T) {
 	tc.heal()
 }
 
-// Many concurrent renewals share rounds: far fewer rounds than renewals.
+// Many concurrent renewals share rounds: far fewer rounds than renewals. A
+// burst during which leadership moved (an election on a loaded machine fails
+// every round of that window) is run again, up to three times.
 func TestNode_RenewSharesRounds(t *testing.T) {
 	tc, li := renewCluster(t, 0.25)
-	leader := tc.nodes[li]
-	follower := tc.nodes[(li+1)%3]
-	mustPropose(t, leader, register("m1", 60_000))
-	mustRenew(t, leader, heartbeat("machine:m1"))
-	tc.waitConverged(leader.FSM().AppliedIndex())
-	startLeader, startFollower := leader.renewals.leaderRounds.Load(), follower.renewals.followerRounds.Load()
+	mustPropose(t, tc.nodes[li], register("m1", 60_000))
+	mustRenew(t, tc.nodes[li], heartbeat("machine:m1"))
 	const callers, each = 16, 20
-	var wg sync.WaitGroup
-	errs := make(chan error, callers*each)
+	var leader, follower *Node
+	var startLeader, startFollower uint64
+	var errs chan error
 	var forwarded atomic.Int64
+	for attempt := 1; ; attempt++ {
+		li = tc.readyLeader()
+		leader, follower = tc.nodes[li], tc.nodes[(li+1)%3]
+		tc.waitConverged(leader.FSM().AppliedIndex())
+		term := leader.Raft().CurrentTerm()
+		startLeader, startFollower = leader.renewals.leaderRounds.Load(), follower.renewals.followerRounds.Load()
+		errs = make(chan error, callers*each)
+		forwarded.Store(0)
+		burst(follower, callers, each, errs, &forwarded)
+		if leader.IsLeader() && leader.Raft().CurrentTerm() == term {
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("leadership moved during each of %d bursts", attempt)
+		}
+	}
+	close(errs)
+	for err := range errs {
+		t.Fatalf("concurrent follower renewal: %v", err)
+	}
+	if n := forwarded.Load(); n > callers*each/2 {
+		t.Errorf("%d of %d covered renewals were forwarded, want most answered by the follower", n, callers*each)
+	}
+	rounds := follower.renewals.followerRounds.Load() - startFollower
+	if rounds == 0 || rounds >= callers*each {
+		t.Errorf("%d follower rounds served %d renewals, want fewer rounds than renewals", rounds, callers*each)
+	}
+	testutil.WaitFor(t, "leader rounds counted", time.Second, func() bool {
+		return leader.renewals.leaderRounds.Load() > startLeader
+	})
+}
+
+// burst sends callers×each covered renewals to n from callers goroutines,
+// counting the forwarded ones and sending every other failure to errs.
+func burst(n *Node, callers, each int, errs chan<- error, forwarded *atomic.Int64) {
+	var wg sync.WaitGroup
 	for c := 0; c < callers; c++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				r, err := follower.Renew(ctx, heartbeat("machine:m1"))
+				r, err := n.Renew(ctx, heartbeat("machine:m1"))
 				cancel()
 				switch {
 				case errors.Is(err, ErrNotLeader):
@@ -255,18 +290,4 @@ func TestNode_RenewSharesRounds(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("concurrent follower renewal: %v", err)
-	}
-	if n := forwarded.Load(); n > callers*each/2 {
-		t.Errorf("%d of %d covered renewals were forwarded, want most answered by the follower", n, callers*each)
-	}
-	rounds := follower.renewals.followerRounds.Load() - startFollower
-	if rounds == 0 || rounds >= callers*each {
-		t.Errorf("%d follower rounds served %d renewals, want fewer rounds than renewals", rounds, callers*each)
-	}
-	testutil.WaitFor(t, "leader rounds counted", time.Second, func() bool {
-		return leader.renewals.leaderRounds.Load() > startLeader
-	})
 }
