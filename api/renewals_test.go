@@ -24,10 +24,12 @@ func TestServer_RenewalsWithoutEntry(t *testing.T) {
 	testutil.Expect(t, registerCall(follower.URL, c.Tokens.Member, "mbp", "machine:mbp", "machine", ttl), http.StatusOK)
 	lease := acquire(t, follower.URL, c.Tokens.Member, wire.AcquireRequest{Machine: "mbp", Purpose: "renewals", TTLMs: ttl})
 
+	waitClockPast(t, leader)
 	first := testutil.Expect(t, heartbeatCall(follower.URL, c.Tokens.Member, "machine%3Ambp"), http.StatusOK)
 	if first.Header.Get(wire.HeaderIndex) == "" {
 		t.Fatalf("first heartbeat of a fresh record has no %s: it needs a write", wire.HeaderIndex)
 	}
+	waitClockPast(t, leader)
 	testutil.Expect(t, leaseCall(http.MethodPost, follower.URL, lease.Port, c.Tokens.Member, lease.LeaseID), http.StatusOK)
 	c.WaitApplied()
 	stored := testutil.Decode[wire.Resource](t, testutil.Expect(t, testutil.Call{Method: http.MethodGet,
@@ -120,4 +122,15 @@ func TestServer_Confirm(t *testing.T) {
 	if via.Term != conf.Term || via.Index < conf.Index || via.Now < conf.Now {
 		t.Errorf("confirm through a follower = %+v, want the leader's (term %d, index ≥ %d, now ≥ %d)", via, conf.Term, conf.Index, conf.Now)
 	}
+}
+
+// waitClockPast waits until the wall clock, which the leader's cluster time
+// follows in this process, is a few milliseconds past the last applied time:
+// a renewal judged in the millisecond of its record's write is covered by
+// the record's own now + TTL and writes nothing.
+func waitClockPast(t *testing.T, leader *apitest.Node) {
+	t.Helper()
+	testutil.WaitFor(t, "the clock past the last applied time", time.Second, func() bool {
+		return time.Now().UnixMilli() > leader.Node.FSM().LastNow()+2
+	})
 }
