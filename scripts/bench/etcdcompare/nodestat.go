@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/elanous/elanous-node/internal/testcluster"
 	"github.com/elanous/elanous-node/wire"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -20,10 +21,7 @@ import (
 
 // clusterStatus reads GET /v1/cluster/status on node i with the member token.
 func (s *elanousSystem) clusterStatus(ctx context.Context, i int) (wire.ClusterStatus, error) {
-	var st wire.ClusterStatus
-	c := &elClient{url: s.nodes[i].url, token: s.token, http: s.status, timeout: 2 * time.Second}
-	err := c.do(ctx, http.MethodGet, "/v1/cluster/status", nil, nil, http.StatusOK, &st)
-	return st, err
+	return testcluster.Status(ctx, s.status, s.nodes[i].url, s.token)
 }
 
 // raftStat returns the raft statistic key (hashicorp/raft's Stats, in the
