@@ -13,32 +13,48 @@ import (
 	"github.com/elanous/elanous-node/wire"
 )
 
-// getJSON GETs base+path (with token's bearer authorization when token is
-// not "") and decodes a 200 answer into out.
-func getJSON(ctx context.Context, hc *http.Client, base, path, token string, out any) error {
+// get GETs base+path (with token's bearer authorization when token is not
+// "") and returns a 200 answer's body, read up to limit bytes.
+func get(ctx context.Context, hc *http.Client, base, path, token string, limit int64) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 	if err != nil {
-		return fmt.Errorf("GET %s%s: %w", base, path, err)
+		return nil, fmt.Errorf("GET %s%s: %w", base, path, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s%s: status %d: %s", base, path, resp.StatusCode, strings.TrimSpace(string(body)))
+		return nil, fmt.Errorf("GET %s%s: status %d: %s", base, path, resp.StatusCode, strings.TrimSpace(string(body)))
+	}
+	return body, nil
+}
+
+// getJSON is get of a JSON answer (up to 1 MiB) decoded into out.
+func getJSON(ctx context.Context, hc *http.Client, base, path, token string, out any) error {
+	body, err := get(ctx, hc, base, path, token, 1<<20)
+	if err != nil {
+		return err
 	}
 	if err := json.Unmarshal(body, out); err != nil {
 		return fmt.Errorf("decode GET %s%s %q: %w", base, path, body, err)
 	}
 	return nil
+}
+
+// Metrics reads GET /metrics on base (Prometheus text, up to 8 MiB), with
+// token's authorization when token is not "" (http.metrics_auth).
+func Metrics(ctx context.Context, hc *http.Client, base, token string) (string, error) {
+	body, err := get(ctx, hc, base, "/metrics", token, 8<<20)
+	return string(body), err
 }
 
 // Primary reads GET /v1/primary on base without a token, as members do.
@@ -91,7 +107,7 @@ func Leader(statuses []*wire.ClusterStatus) int {
 // error saying who answered what.
 func AgreedPrimary(ctx context.Context, hc *http.Client, bases []string) (wire.Primary, error) {
 	if len(bases) == 0 {
-		return wire.Primary{}, errors.New("no node to ask")
+		return wire.Primary{}, errors.New("no node is running")
 	}
 	var agreed *wire.Primary
 	for _, base := range bases {

@@ -118,7 +118,7 @@ func TestWaitFor(t *testing.T) {
 		calls++
 		return Final(stop)
 	})
-	if err != stop || calls != 1 {
+	if !errors.Is(err, stop) || calls != 1 {
 		t.Errorf("WaitFor with a Final error = %v after %d calls, want it at once", err, calls)
 	}
 }
@@ -162,6 +162,23 @@ func TestNodeConfig_Doc(t *testing.T) {
 	if got.HTTP.Addr != "10.0.0.1:31413" || got.Raft["election_timeout"] != "300ms" || got.Raft["heartbeat_timeout"] != "" ||
 		!got.Cluster.Bootstrap || got.Cluster.Candidates[0]["raft"] != "10.0.0.1:31412" || got.TLS["ca_file"] != "ca" {
 		t.Errorf("config:\n%s", raw)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" || r.Header.Get("Authorization") != "Bearer q" {
+			http.Error(w, "no", http.StatusUnauthorized)
+			return
+		}
+		fmt.Fprintln(w, "elanous_up 1")
+	}))
+	defer srv.Close()
+	if text, err := Metrics(context.Background(), http.DefaultClient, srv.URL, "q"); err != nil || text != "elanous_up 1\n" {
+		t.Errorf("Metrics = %q, %v", text, err)
+	}
+	if _, err := Metrics(context.Background(), http.DefaultClient, srv.URL, ""); err == nil || !strings.Contains(err.Error(), "status 401") {
+		t.Errorf("Metrics without the token = %v, want the 401", err)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -40,24 +39,7 @@ func raftStat(st wire.ClusterStatus, key string) (uint64, bool) {
 func (s *elanousSystem) metrics(ctx context.Context, i int) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.nodes[i].url+"/metrics", nil)
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Authorization", "Bearer "+s.token)
-	resp, err := s.status.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET /metrics on %s: %s", s.nodes[i].name, resp.Status)
-	}
-	return string(body), nil
+	return testcluster.Metrics(ctx, s.status, s.nodes[i].url, s.token)
 }
 
 // metricValue returns the value of the unlabelled counter or gauge name in a

@@ -6,21 +6,13 @@
 package harness
 
 import (
-	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -152,48 +144,6 @@ func New(cfg Config) (*Cluster, error) {
 	return c, nil
 }
 
-// makeTLS makes the cluster's CA and a certificate per node (its name and
-// its address) in dir with the binary's "tls ca" and "tls cert", and returns
-// a client configuration that trusts the CA.
-func makeTLS(bin, dir string, ips []string) (*tls.Config, error) {
-	run := func(args ...string) error {
-		if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
-			return fmt.Errorf("elanous-node %s: %w\n%s", strings.Join(args, " "), err, out)
-		}
-		return nil
-	}
-	if err := run("tls", "ca", "--out", dir); err != nil {
-		return nil, err
-	}
-	for i, ip := range ips {
-		if err := run("tls", "cert", "--ca-dir", dir, "--machine", NodeName(i), "--ip", ip, "--out", dir); err != nil {
-			return nil, err
-		}
-	}
-	pem, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("no certificate in %s", filepath.Join(dir, "ca.pem"))
-	}
-	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
-}
-
-// ClientTLS returns a client configuration that trusts the cluster's CA, or
-// nil for a plaintext cluster.
-func (c *Cluster) ClientTLS() *tls.Config { return c.tls }
-
-// CAFile returns the path of the cluster CA's certificate (PEM), or "" for
-// a plaintext cluster.
-func (c *Cluster) CAFile() string {
-	if c.tls == nil || c.cfg.Dir == "" {
-		return ""
-	}
-	return filepath.Join(c.cfg.Dir, "tls", "ca.pem")
-}
-
 // Attach returns a Cluster over nodes started by someone else (containers):
 // only its status methods work. tlsConfig, when not nil, is how clients
 // verify the nodes (https:// urls); ClientTLS returns it.
@@ -204,31 +154,6 @@ func Attach(names, urls []string, tokens wire.TokensFile, tlsConfig *tls.Config)
 		c.Nodes = append(c.Nodes, &Node{Index: i, Name: names[i], URL: urls[i]})
 	}
 	return c
-}
-
-// NewTokens draws the three cluster tokens.
-func NewTokens() (wire.TokensFile, error) {
-	var t wire.TokensFile
-	for _, p := range []*string{&t.Admin, &t.Member, &t.Query} {
-		b := make([]byte, 32)
-		if _, err := rand.Read(b); err != nil {
-			return t, err
-		}
-		*p = hex.EncodeToString(b)
-	}
-	return t, nil
-}
-
-// WriteTokens writes a tokens file with mode 0600, creating its directory.
-func WriteTokens(path string, t wire.TokensFile) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	b, _ := json.Marshal(t)
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		return err
-	}
-	return os.Chmod(path, 0o600)
 }
 
 // Start launches node i (which must not be running), its output appended
@@ -314,145 +239,4 @@ func (c *Cluster) Close() {
 		c.Resume(i)
 		c.Kill(i)
 	}
-}
-
-// Status reads node i's /v1/cluster/status.
-func (c *Cluster) Status(ctx context.Context, i int) (wire.ClusterStatus, error) {
-	st, err := testcluster.Status(ctx, c.client, c.Nodes[i].URL, c.Tokens.Query)
-	if err != nil {
-		return st, fmt.Errorf("%s: %w", c.Nodes[i].Name, err)
-	}
-	return st, nil
-}
-
-// Metrics reads node i's /metrics (Prometheus text) with the query token.
-func (c *Cluster) Metrics(ctx context.Context, i int) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Nodes[i].URL+"/metrics", nil)
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.Tokens.Query)
-	resp, err := c.client.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("%s: /metrics: status %d", c.Nodes[i].Name, resp.StatusCode)
-	}
-	return string(body), err
-}
-
-// Statuses reads every node's status concurrently, each bounded by a
-// second; a node that did not answer has a nil entry.
-func (c *Cluster) Statuses(ctx context.Context) []*wire.ClusterStatus {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	var urls []string
-	for _, n := range c.Nodes {
-		urls = append(urls, n.URL)
-	}
-	return testcluster.Statuses(ctx, c.client, urls, c.Tokens.Query)
-}
-
-// Leader returns the index of the node that says it leads (the highest term
-// among those that do) and is ready, or -1.
-func (c *Cluster) Leader(ctx context.Context) int { return testcluster.Leader(c.Statuses(ctx)) }
-
-// WaitLeader polls until a ready leader is known, other than any in not.
-func (c *Cluster) WaitLeader(ctx context.Context, timeout time.Duration, not ...int) (int, error) {
-	l := -1
-	err := testcluster.WaitFor(ctx, "a ready leader", timeout, 100*time.Millisecond, func(ctx context.Context) error {
-		sts := c.Statuses(ctx)
-		if l = testcluster.Leader(sts); l < 0 || slices.Contains(not, l) {
-			return fmt.Errorf("none other than %v: %s", not, describe(c, sts))
-		}
-		return nil
-	})
-	if err != nil {
-		return -1, err
-	}
-	return l, nil
-}
-
-// ErrDiverged is returned by WaitConverged when nodes keep reporting different
-// state hashes at one applied index.
-var ErrDiverged = errors.New("state diverged")
-
-// WaitConverged polls until every node answers with the same applied index
-// and state hash. Nodes that report one applied index with different hashes
-// in three polls in a row fail with ErrDiverged (a single such poll can be a
-// status read racing an apply).
-func (c *Cluster) WaitConverged(ctx context.Context, timeout time.Duration) ([]*wire.ClusterStatus, error) {
-	var last []*wire.ClusterStatus
-	mismatches := 0
-	err := testcluster.WaitFor(ctx, "the nodes to converge", timeout, 150*time.Millisecond, func(ctx context.Context) error {
-		sts := c.Statuses(ctx)
-		last = sts
-		byIndex := map[uint64]string{}
-		same, mismatch := true, ""
-		for i, st := range sts {
-			if st == nil {
-				same = false
-				continue
-			}
-			if h, ok := byIndex[st.AppliedIndex]; ok && h != st.StateHash {
-				mismatch = fmt.Sprintf("%s has hash %s at index %d, another node %s", c.Nodes[i].Name, st.StateHash, st.AppliedIndex, h)
-			}
-			byIndex[st.AppliedIndex] = st.StateHash
-			if sts[0] == nil || st.AppliedIndex != sts[0].AppliedIndex || st.StateHash == "" {
-				same = false
-			}
-		}
-		if mismatch != "" {
-			if mismatches++; mismatches >= 3 {
-				return testcluster.Final(fmt.Errorf("%w: %s", ErrDiverged, mismatch))
-			}
-			return errors.New(mismatch)
-		}
-		mismatches = 0
-		if !same {
-			return errors.New(describe(c, sts))
-		}
-		return nil
-	})
-	return last, err
-}
-
-func describe(c *Cluster, sts []*wire.ClusterStatus) string {
-	var parts []string
-	for i, st := range sts {
-		if st == nil {
-			parts = append(parts, c.Nodes[i].Name+"=unreachable")
-			continue
-		}
-		parts = append(parts, fmt.Sprintf("%s=%s/t%d/applied%d/%s", c.Nodes[i].Name, st.State, st.Term, st.AppliedIndex, short(st.StateHash)))
-	}
-	return strings.Join(parts, " ")
-}
-
-func short(s string) string {
-	if len(s) > 8 {
-		return s[:8]
-	}
-	return s
-}
-
-// PanicLines returns the lines of every node log that show a panic or a
-// fatal runtime error.
-func (c *Cluster) PanicLines() []string {
-	var out []string
-	for _, n := range c.Nodes {
-		b, err := os.ReadFile(n.LogPath)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if strings.Contains(line, "panic:") || strings.HasPrefix(line, "fatal error:") || strings.Contains(line, "DATA RACE") {
-				out = append(out, n.Name+": "+line)
-			}
-		}
-	}
-	return out
 }
