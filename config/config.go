@@ -226,7 +226,7 @@ func Default() Config {
 			ParallelWrite:      true,
 			LogCache:           1024,
 			NoFreelistSync:     true,
-			MaxBatch:           64,
+			MaxBatch:           defaults.MaxBatch,
 			FastFailover:       true,
 		},
 		Cluster: ClusterConfig{Bootstrap: true},
@@ -237,7 +237,7 @@ func Default() Config {
 		},
 		Log:    LogConfig{Level: "info", Format: "text"},
 		Limits: DefaultLimits(),
-		TTL:    TTLConfig{RenewSlack: 0.25, RenewSlackMax: 5 * time.Minute},
+		TTL:    TTLConfig{RenewSlack: defaults.RenewSlack, RenewSlackMax: defaults.RenewSlackMax},
 	}
 }
 

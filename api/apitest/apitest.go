@@ -15,6 +15,7 @@ import (
 
 	"github.com/elanous/elanous-node/api"
 	"github.com/elanous/elanous-node/cluster"
+	"github.com/elanous/elanous-node/config/defaults"
 	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/elanous/elanous-node/wire"
 	"github.com/hashicorp/raft"
@@ -46,7 +47,7 @@ type Cluster struct {
 
 // DefaultRenewSlack is the nodes' renewal slack unless
 // Options.EveryRenewalWrites: ttl.renew_slack's default.
-const DefaultRenewSlack = 0.25
+const DefaultRenewSlack = defaults.RenewSlack
 
 // Options tune a cluster. Zero values take fast test defaults.
 type Options struct {

@@ -1,6 +1,7 @@
 // Package defaults holds the defaults of the configuration keys that a
 // package below config also falls back to when its caller leaves a field
-// zero: raft.* timings (cluster.Config) and limits.* (api.Deps.Limits).
+// zero: raft.* (cluster.Config), ttl.* (cluster.Config and api/apitest) and
+// limits.* (api.Deps.Limits).
 // config.Default is built from them and is the only place they become a
 // configuration; cluster and api, which may not import config
 // (ARCHITECTURE.md, "Packages and their rooms"), take the same constants
@@ -20,6 +21,16 @@ const (
 	SnapshotInterval   = 5 * time.Second        // raft.snapshot_interval
 	TrailingLogs       = 2048                   // raft.trailing_logs
 	MaxAppendEntries   = 64                     // raft.max_append_entries
+	// MaxBatch is the most commands of one group-commit entry
+	// (raft.max_batch; ARCHITECTURE.md, "The write path"): a batch of 64
+	// commands is about 20 KiB.
+	MaxBatch = 64
+)
+
+// Renewal slack (ttl.*; ARCHITECTURE.md, "Renewals").
+const (
+	RenewSlack    = 0.25            // ttl.renew_slack, a fraction of a record's TTL
+	RenewSlackMax = 5 * time.Minute // ttl.renew_slack_max
 )
 
 // A node's own abuse limits (limits.*; ARCHITECTURE.md, "Abuse limits"): far
