@@ -56,9 +56,8 @@ type elanousSystem struct {
 }
 
 type elanousNode struct {
-	name, dataDir, config, logPath, url string
-	p                                   *testcluster.Proc
-	restarts                            int
+	server
+	config, url string
 }
 
 // newElanousSystem builds elanous-node from the working tree repo into dir.
@@ -112,13 +111,7 @@ func (s *elanousSystem) passedEnv() []string { return s.passed }
 func (s *elanousSystem) Name() string        { return "elanous" }
 func (s *elanousSystem) Version() string     { return s.version }
 
-func (s *elanousSystem) Logs() []string {
-	var out []string
-	for _, n := range s.nodes {
-		out = append(out, n.logPath)
-	}
-	return out
-}
+func (s *elanousSystem) Logs() []string { return logPaths(s.nodes) }
 
 func (s *elanousSystem) Start(ctx context.Context) error {
 	ports, err := testcluster.FreePorts(6)
@@ -132,8 +125,8 @@ func (s *elanousSystem) Start(ctx context.Context) error {
 	}
 	for i, cand := range cands {
 		ndir := filepath.Join(s.dir, cand.Machine)
-		n := &elanousNode{name: cand.Machine, dataDir: filepath.Join(ndir, "data"), config: filepath.Join(ndir, "elanous.yaml"),
-			logPath: filepath.Join(ndir, "node.log"), url: cand.URL}
+		n := &elanousNode{server: server{name: cand.Machine, dataDir: filepath.Join(ndir, "data"), logPath: filepath.Join(ndir, "node.log")},
+			config: filepath.Join(ndir, "elanous.yaml"), url: cand.URL}
 		if err := os.MkdirAll(n.dataDir, 0o700); err != nil {
 			return err
 		}
@@ -180,21 +173,10 @@ func (s *elanousSystem) initTokens(ctx context.Context) error {
 
 func (s *elanousSystem) startNode(i int) error {
 	n := s.nodes[i]
-	p, err := s.procs.start(s.bin, []string{"serve", "--config", n.config}, s.env, n.logPath)
-	if err != nil {
-		return err
-	}
-	n.p = p
-	return nil
+	return n.start(s.procs, s.bin, []string{"serve", "--config", n.config}, s.env)
 }
 
-func (s *elanousSystem) Stop() {
-	for _, n := range s.nodes {
-		if n.p != nil {
-			_ = n.p.Kill()
-		}
-	}
-}
+func (s *elanousSystem) Stop() { killAll(s.nodes) }
 
 // urls are the nodes' API URLs.
 func (s *elanousSystem) urls() []string {
@@ -456,11 +438,5 @@ func (s *elanousSystem) Restart(ctx context.Context, i int) error {
 }
 
 func (s *elanousSystem) Usage() []nodeUsage {
-	var out []nodeUsage
-	for _, n := range s.nodes {
-		out = append(out, nodeUsage{System: "elanous", Node: n.name, PID: n.p.Pid(), RSSBytes: rssBytes(n.p.Pid()),
-			DBName: "raft.db", DBBytes: fileSize(filepath.Join(n.dataDir, "raft", "raft.db")),
-			DataBytes: dirSize(n.dataDir), Restarts: n.restarts})
-	}
-	return out
+	return usageOf(s.nodes, "elanous", "raft.db", "raft", "raft.db")
 }
