@@ -21,7 +21,6 @@ import (
 	"github.com/elanous/elanous-node/wire"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/time/rate"
 )
 
 // guardedCluster is a cluster whose nodes run with the given caps, record
@@ -35,7 +34,7 @@ type guardedCluster struct {
 
 // startGuarded starts a guardedCluster; opts.API, if set, runs after the
 // guarded cluster's own changes to each node's deps.
-func startGuarded(t *testing.T, caps api.Caps, opts apitest.Options) *guardedCluster {
+func startGuarded(t *testing.T, limits wire.NodeLimits, opts apitest.Options) *guardedCluster {
 	t.Helper()
 	g := &guardedCluster{audit: &testutil.SyncBuffer{}}
 	more := opts.API
@@ -44,7 +43,7 @@ func startGuarded(t *testing.T, caps api.Caps, opts apitest.Options) *guardedClu
 			g.reg = append(g.reg, nil)
 		}
 		g.reg[i] = prometheus.NewRegistry()
-		d.Registry, d.Caps = g.reg[i], caps
+		d.Registry, d.Limits = g.reg[i], limits
 		d.Audit = slog.New(slog.NewJSONHandler(g.audit, nil)).With("node", fmt.Sprintf("node-%c", 'a'+i))
 		if more != nil {
 			more(i, d)
@@ -99,7 +98,7 @@ func registerCall(url, token, machine, id, kind string, ttlMs int64) testutil.Ca
 // do not move. A call that succeeds adds one.
 func TestServer_PrecheckAddsNoLogEntry(t *testing.T) {
 	// Hour-long TTLs and sweep interval: no sweep adds an entry meanwhile.
-	c := startGuarded(t, api.Caps{WriteRate: rate.Inf}, apitest.Options{Sweep: time.Hour})
+	c := startGuarded(t, wire.NodeLimits{}, apitest.Options{Sweep: time.Hour})
 	c.waitFormat2(t)
 	li, fi := c.Leader(), c.Follower()
 	leader, follower := c.Nodes[li], c.Nodes[fi]
@@ -174,7 +173,7 @@ func TestServer_PrecheckAddsNoLogEntry(t *testing.T) {
 // address's bucket.
 func TestServer_WriteRateLimits(t *testing.T) {
 	// One token every 100 s: nothing refills while the test runs.
-	c := startGuarded(t, api.Caps{WriteRate: 0.01, WriteBurst: 3}, apitest.Options{})
+	c := startGuarded(t, wire.NodeLimits{WriteRate: 0.01, WriteBurst: 3}, apitest.Options{})
 	c.waitFormat2(t)
 	li, fi := c.Leader(), c.Follower()
 	leader, follower := c.Nodes[li], c.Nodes[fi]
@@ -243,7 +242,7 @@ func TestServer_WriteRateLimits(t *testing.T) {
 // A follower that has applied every entry it holds answers an unknown token
 // 401 after a confirmation round, without forwarding it to the leader.
 func TestServer_UnknownTokenOnCaughtUpFollower(t *testing.T) {
-	c := startGuarded(t, api.Caps{WriteRate: rate.Inf}, apitest.Options{})
+	c := startGuarded(t, wire.NodeLimits{}, apitest.Options{})
 	fi := c.Follower()
 	follower := c.Nodes[fi]
 	c.WaitFor("the follower caught up", 10*time.Second, func() bool { return !follower.Node.Lagging() })
@@ -264,7 +263,7 @@ func TestServer_UnknownTokenOnCaughtUpFollower(t *testing.T) {
 // leader's commit index (read-your-writes for tokens on every node).
 func TestServer_FreshTokenOnFollowerBehind(t *testing.T) {
 	hold := &heldReplication{}
-	c := startGuarded(t, api.Caps{WriteRate: rate.Inf}, apitest.Options{Timeout: 500 * time.Millisecond, Transport: hold.wrap})
+	c := startGuarded(t, wire.NodeLimits{}, apitest.Options{Timeout: 500 * time.Millisecond, Transport: hold.wrap})
 	li, fi := c.Leader(), c.Follower()
 	leader, follower := c.Nodes[li], c.Nodes[fi]
 	hold.set(follower.Machine)
@@ -336,14 +335,16 @@ func (t heldTransport) Close() error {
 // A follower that lags lets the leader judge a well-formed token it does not
 // know, and does so at most 10 times a second (bursts of 20; api/ratelimit.go's
 // unknownTokenForward*), so a flood of random tokens mostly never reaches
-// the leader. The follower is held lagging through Deps.Lagging. A token
+// the leader. The follower is held lagging through Deps.Lagging: a real
+// follower lags only for the instant between receiving an entry and applying
+// it, too short for a test to hold. A token
 // only the leader knows is a cluster token the leader alone has been given
 // (a tokens.json reload that reached it first): its answer through the
 // follower is the leader's judgement.
 func TestServer_UnknownTokenOnLaggingFollower(t *testing.T) {
 	const forwardRate, forwardBurst = 10, 20
 	var lagging atomic.Bool
-	c := startGuarded(t, api.Caps{WriteRate: rate.Inf}, apitest.Options{
+	c := startGuarded(t, wire.NodeLimits{}, apitest.Options{
 		API: func(_ int, d *api.Deps) { d.Lagging = lagging.Load }, // the leader never asks
 	})
 	li, fi := c.Leader(), c.Follower()
@@ -406,7 +407,7 @@ func TestServer_UnknownTokenOnLaggingFollower(t *testing.T) {
 // is 429 at once and the connection is closed; a query whose index has
 // passed needs no slot; one its client gives up is 499, not a server error.
 func TestServer_BlockingQueryCaps(t *testing.T) {
-	c := startGuarded(t, api.Caps{WriteRate: rate.Inf, BlockingQueries: 3, BlockingQueriesPerAddress: 2}, apitest.Options{})
+	c := startGuarded(t, wire.NodeLimits{BlockingQueries: 3, BlockingQueriesPerAddress: 2}, apitest.Options{})
 	fi := c.Follower()
 	n := c.Nodes[fi]
 	idx := headerUint(t, testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: n.URL + "/v1/primary"}), wire.HeaderIndex)
@@ -466,9 +467,9 @@ func TestServer_BlockingQueryCaps(t *testing.T) {
 }
 
 // A /v1/primary blocking query without a valid token waits at most
-// Caps.AnonymousWait; with one it waits what it asked.
+// Limits.AnonymousWaitMs; with one it waits what it asked.
 func TestServer_AnonymousPrimaryWait(t *testing.T) {
-	c := startGuarded(t, api.Caps{WriteRate: rate.Inf, AnonymousWait: 300 * time.Millisecond}, apitest.Options{})
+	c := startGuarded(t, wire.NodeLimits{AnonymousWaitMs: 300}, apitest.Options{})
 	n := c.Nodes[c.Follower()]
 	idx := headerUint(t, testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: n.URL + "/v1/primary"}), wire.HeaderIndex)
 	for _, auth := range []string{"", testutil.Bearer(testutil.RandomToken()), "Bearer garbage"} {
@@ -489,7 +490,7 @@ func TestServer_AnonymousPrimaryWait(t *testing.T) {
 // Random methods and paths do not grow the metrics registry: routes and
 // methods outside the fixed sets are labelled "other".
 func TestServer_MetricLabelsAreFixed(t *testing.T) {
-	c := startGuarded(t, api.Caps{WriteRate: rate.Inf}, apitest.Options{})
+	c := startGuarded(t, wire.NodeLimits{}, apitest.Options{})
 	n := c.Nodes[0]
 	for i := range 60 {
 		method := fmt.Sprintf("M%04X", i*7919)
@@ -538,7 +539,7 @@ func TestServer_MetricLabelsAreFixed(t *testing.T) {
 // written where it is decided (once, on the leader, for a forwarded write),
 // naming the client's address and the token's fingerprint, never a token.
 func TestServer_AuditLog(t *testing.T) {
-	c := startGuarded(t, api.Caps{WriteRate: rate.Inf}, apitest.Options{})
+	c := startGuarded(t, wire.NodeLimits{}, apitest.Options{})
 	c.waitFormat2(t)
 	li, fi := c.Leader(), c.Follower()
 	leader, follower := c.Nodes[li], c.Nodes[fi]
@@ -608,7 +609,7 @@ func TestServer_AuditLog(t *testing.T) {
 // The quotas are visible on every node and in the cluster status, an admin
 // changes them through the log, and the change bites.
 func TestServer_ClusterLimits(t *testing.T) {
-	c := startGuarded(t, api.Caps{WriteRate: rate.Inf}, apitest.Options{})
+	c := startGuarded(t, wire.NodeLimits{}, apitest.Options{})
 	c.waitFormat2(t)
 	fi := c.Follower()
 	follower := c.Nodes[fi]

@@ -3,91 +3,52 @@ package api
 import (
 	"time"
 
+	"github.com/elanous/elanous-node/config/defaults"
 	"github.com/elanous/elanous-node/wire"
 	"golang.org/x/time/rate"
 )
 
-// Caps are one node's own abuse limits (config limits.*; ARCHITECTURE.md,
-// "Abuse limits"). A zero field takes its DefaultCaps value. They are not
-// replicated: the quotas every replica must agree on live in the state
-// machine (fsm.Limits).
-type Caps struct {
-	// WriteRate is the sustained writes per second one machine token and one
-	// remote address may make through this node; rate.Inf turns the rate
-	// limits off. A request that fails authentication takes from its
-	// address's bucket as a write does.
-	WriteRate rate.Limit
-	// WriteBurst is each bucket's size.
-	WriteBurst int
-	// Connections caps the open HTTP connections; past it new ones wait in
-	// the kernel's accept queue.
-	Connections int
-	// ConnectionsPerAddress caps one remote address's open connections; one
-	// past it is closed as soon as it is accepted.
-	ConnectionsPerAddress int
-	// BlockingQueries caps the blocking queries waiting at once; past it
-	// they are answered 429 rate-limited.
-	BlockingQueries int
-	// BlockingQueriesPerAddress caps one remote address's.
-	BlockingQueriesPerAddress int
-	// AnonymousWait caps the wait of a /v1/primary blocking query without a
-	// valid token (an authenticated one may wait MaxWait).
-	AnonymousWait time.Duration
-	// ForwardConnections caps the connections of the default forwarding
-	// client to the leader (http.Transport.MaxConnsPerHost).
-	ForwardConnections int
+// withDefaults returns a node's own abuse limits (Deps.Limits, config
+// limits.*; ARCHITECTURE.md, "Abuse limits") with every zero cap set to its
+// config default (config/defaults). WriteRate 0 stays 0, which turns the rate
+// limits off, as limits.write_rate 0 does and as GET /v1/cluster/limits
+// reports it. A per-address cap left zero is at most its overall cap.
+func withDefaults(l wire.NodeLimits) wire.NodeLimits {
+	if l.WriteBurst == 0 {
+		l.WriteBurst = defaults.WriteBurst
+	}
+	if l.Connections == 0 {
+		l.Connections = defaults.Connections
+	}
+	if l.ConnectionsPerAddress == 0 {
+		l.ConnectionsPerAddress = min(defaults.ConnectionsPerAddress, l.Connections)
+	}
+	if l.BlockingQueries == 0 {
+		l.BlockingQueries = defaults.BlockingQueries
+	}
+	if l.BlockingQueriesPerAddress == 0 {
+		l.BlockingQueriesPerAddress = min(defaults.BlockingQueriesPerAddress, l.BlockingQueries)
+	}
+	if l.AnonymousWaitMs == 0 {
+		l.AnonymousWaitMs = defaults.AnonymousWait.Milliseconds()
+	}
+	if l.ForwardConnections == 0 {
+		l.ForwardConnections = defaults.ForwardConnections
+	}
+	return l
 }
 
-// DefaultCaps are the defaults of config limits.*: far above a fleet's
-// needs (a seed member writes about once every 10 s and holds one blocking
-// /v1/primary query per candidate; 10,000 of them stay under every cap).
-func DefaultCaps() Caps {
-	return Caps{
-		WriteRate: 100, WriteBurst: 200,
-		Connections: 32768, ConnectionsPerAddress: 256,
-		BlockingQueries: 16384, BlockingQueriesPerAddress: 64,
-		AnonymousWait: 30 * time.Second, ForwardConnections: 64,
+// writeLimit is the rate of each write bucket: rate.Inf (no limit) for
+// WriteRate 0.
+func writeLimit(l wire.NodeLimits) rate.Limit {
+	if l.WriteRate == 0 {
+		return rate.Inf
 	}
+	return rate.Limit(l.WriteRate)
 }
 
-func (c Caps) withDefaults() Caps {
-	d := DefaultCaps()
-	if c.WriteRate == 0 {
-		c.WriteRate = d.WriteRate
-	}
-	if c.WriteBurst == 0 {
-		c.WriteBurst = d.WriteBurst
-	}
-	if c.Connections == 0 {
-		c.Connections = d.Connections
-	}
-	if c.ConnectionsPerAddress == 0 {
-		c.ConnectionsPerAddress = min(d.ConnectionsPerAddress, c.Connections)
-	}
-	if c.BlockingQueries == 0 {
-		c.BlockingQueries = d.BlockingQueries
-	}
-	if c.BlockingQueriesPerAddress == 0 {
-		c.BlockingQueriesPerAddress = min(d.BlockingQueriesPerAddress, c.BlockingQueries)
-	}
-	if c.AnonymousWait == 0 {
-		c.AnonymousWait = d.AnonymousWait
-	}
-	if c.ForwardConnections == 0 {
-		c.ForwardConnections = d.ForwardConnections
-	}
-	return c
-}
-
-// wire returns the caps as GET /v1/cluster/limits shows them.
-func (c Caps) wire() *wire.NodeLimits {
-	r := float64(c.WriteRate)
-	if c.WriteRate == rate.Inf {
-		r = 0
-	}
-	return &wire.NodeLimits{
-		WriteRate: r, WriteBurst: c.WriteBurst, Connections: c.Connections, ConnectionsPerAddress: c.ConnectionsPerAddress,
-		BlockingQueries: c.BlockingQueries, BlockingQueriesPerAddress: c.BlockingQueriesPerAddress,
-		AnonymousWaitMs: c.AnonymousWait.Milliseconds(), ForwardConnections: c.ForwardConnections,
-	}
+// anonymousWait caps the wait of a /v1/primary blocking query without a
+// valid token (an authenticated one may wait MaxWait).
+func anonymousWait(l wire.NodeLimits) time.Duration {
+	return time.Duration(l.AnonymousWaitMs) * time.Millisecond
 }

@@ -13,8 +13,8 @@ import (
 // (golang.org/x/net/netutil.LimitListener: past it Accept waits, and new
 // connections wait in the kernel's queue).
 func (g *guard) listen(ln net.Listener) net.Listener {
-	per := &addressCapListener{Listener: ln, per: g.caps.ConnectionsPerAddress, open: map[string]int{}, refused: g.connRefused}
-	return netutil.LimitListener(per, g.caps.Connections)
+	per := &addressCapListener{Listener: ln, per: g.limits.ConnectionsPerAddress, open: map[string]int{}, refused: g.connRefused}
+	return netutil.LimitListener(per, g.limits.Connections)
 }
 
 // addressCapListener closes a connection whose remote address already holds

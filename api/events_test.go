@@ -106,7 +106,7 @@ func TestEvents_Stream(t *testing.T) {
 		d.Registry = regs[i]
 		d.EventPing = 100 * time.Millisecond
 		d.EventWriteTimeout = 2 * time.Minute
-		d.Caps.BlockingQueries, d.Caps.BlockingQueriesPerAddress = 4, 4
+		d.Limits.BlockingQueries, d.Limits.BlockingQueriesPerAddress = 4, 4
 	}
 	c := apitest.Start(t, opts)
 	fi := c.Follower()

@@ -17,9 +17,9 @@ import (
 // connections and blocking queries, and the set of peer addresses that tells
 // a follower's forward from a client's request.
 type guard struct {
-	caps      Caps
-	tokens    *keyedLimiter // per machine-token fingerprint; nil: off
-	addresses *keyedLimiter // per remote address; nil: off
+	limits    wire.NodeLimits // withDefaults applied
+	tokens    *keyedLimiter   // per machine-token fingerprint; nil: off
+	addresses *keyedLimiter   // per remote address; nil: off
 	// unknownForwards paces forwards of tokens this node does not know.
 	unknownForwards *rate.Limiter
 	blocking        *slots
@@ -30,11 +30,11 @@ type guard struct {
 	blockRefuse prometheus.Counter
 }
 
-func newGuard(caps Caps, node *cluster.Node, reg prometheus.Registerer) *guard {
+func newGuard(limits wire.NodeLimits, node *cluster.Node, reg prometheus.Registerer) *guard {
 	g := &guard{
-		caps:            caps,
+		limits:          limits,
 		unknownForwards: rate.NewLimiter(unknownTokenForwardRate, unknownTokenForwardBurst),
-		blocking:        &slots{max: caps.BlockingQueries, perKey: caps.BlockingQueriesPerAddress, held: map[string]int{}},
+		blocking:        &slots{max: limits.BlockingQueries, perKey: limits.BlockingQueriesPerAddress, held: map[string]int{}},
 		peers:           newPeerSet(node),
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "elanous_rate_limited_total",
@@ -49,9 +49,9 @@ func newGuard(caps Caps, node *cluster.Node, reg prometheus.Registerer) *guard {
 			Help: "Blocking queries refused 429 because limits.blocking_queries or limits.blocking_queries_per_address was reached.",
 		}),
 	}
-	if caps.WriteRate != rate.Inf {
-		g.tokens = newKeyedLimiter(caps.WriteRate, caps.WriteBurst)
-		g.addresses = newKeyedLimiter(caps.WriteRate, caps.WriteBurst)
+	if r := writeLimit(limits); r != rate.Inf {
+		g.tokens = newKeyedLimiter(r, limits.WriteBurst)
+		g.addresses = newKeyedLimiter(r, limits.WriteBurst)
 	}
 	g.limited.WithLabelValues("token")
 	g.limited.WithLabelValues("address")

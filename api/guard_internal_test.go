@@ -14,6 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/time/rate"
+
+	"github.com/elanous/elanous-node/config/defaults"
+	"github.com/elanous/elanous-node/wire"
 )
 
 func TestAddressKey(t *testing.T) {
@@ -70,7 +73,7 @@ func TestGuard_ListenCapsPerAddress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := newGuard(Caps{ConnectionsPerAddress: 2, Connections: 10}.withDefaults(), nil, prometheus.NewRegistry())
+	g := newGuard(withDefaults(wire.NodeLimits{ConnectionsPerAddress: 2, Connections: 10}), nil, prometheus.NewRegistry())
 	ln := g.listen(raw)
 	defer ln.Close()
 	accepted := make(chan net.Conn, 10)
@@ -117,7 +120,7 @@ func TestGuard_ListenCapsPerAddress(t *testing.T) {
 	_ = second.Close()
 }
 
-// The listener holds at most Caps.Connections open connections overall, from
+// The listener holds at most Limits.Connections open connections overall, from
 // any mix of addresses: past the cap Accept waits (the connection stays in the
 // accept queue, not refused), and one is accepted once another closes. Run in
 // a synctest bubble over an in-memory listener, so "Accept waits" is checked
@@ -126,7 +129,7 @@ func TestGuard_ListenCapsPerAddress(t *testing.T) {
 // after it accepted every queued connection.
 func TestGuard_ListenCapsOverall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newGuard(Caps{Connections: 2}.withDefaults(), nil, prometheus.NewRegistry())
+		g := newGuard(withDefaults(wire.NodeLimits{Connections: 2}), nil, prometheus.NewRegistry())
 		queue := &queueListener{conns: make(chan net.Conn, 4), closed: make(chan struct{})}
 		ln := g.listen(queue)
 		defer ln.Close() // ends the accepting goroutine, also when the test fails
@@ -198,11 +201,11 @@ type remoteConn struct {
 
 func (c remoteConn) RemoteAddr() net.Addr { return c.remote }
 
-// The default forwarding client holds at most Caps.ForwardConnections
+// The default forwarding client holds at most Limits.ForwardConnections
 // connections to the leader.
 func TestNew_ForwardConnections(t *testing.T) {
-	for _, tt := range []struct{ caps, want int }{{0, DefaultCaps().ForwardConnections}, {7, 7}} {
-		s := New(Deps{Caps: Caps{ForwardConnections: tt.caps}})
+	for _, tt := range []struct{ caps, want int }{{0, defaults.ForwardConnections}, {7, 7}} {
+		s := New(Deps{Limits: wire.NodeLimits{ForwardConnections: tt.caps}})
 		tr, ok := s.client.Transport.(*http.Transport)
 		if !ok || tr.MaxConnsPerHost != tt.want {
 			t.Errorf("New(ForwardConnections %d): forwarding transport %T with MaxConnsPerHost %d, want %d", tt.caps, s.client.Transport, tr.MaxConnsPerHost, tt.want)

@@ -24,7 +24,6 @@ import (
 	"github.com/elanous/elanous-node/fsm"
 	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/elanous/elanous-node/wire"
-	"golang.org/x/time/rate"
 )
 
 // Placeholders a FuzzHTTP input may hold: its path gets the port of the
@@ -240,7 +239,7 @@ func startFuzzCluster(f *testing.F) *fuzzCluster {
 	opts.Timeout, opts.Sweep = time.Second, time.Hour
 	// Every input comes from one address: with the write rate limits on,
 	// most writes would be 429 before their body is read.
-	opts.API = func(_ int, d *api.Deps) { d.Caps.WriteRate = rate.Inf }
+	opts.API = func(_ int, d *api.Deps) { d.Limits.WriteRate = 0 }
 	c := apitest.Start(f, opts)
 	fc := &fuzzCluster{
 		c:       c,

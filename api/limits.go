@@ -48,6 +48,7 @@ func (s *Server) putLimits(c echo.Context) (wire.LimitsStatus, error) {
 func (s *Server) limitsStatus() wire.LimitsStatus {
 	f := s.node.FSM()
 	set, eff := f.ConfiguredLimits(), f.Limits()
+	node := s.guard.limits
 	return wire.LimitsStatus{
 		Set: wireLimits(set),
 		Effective: wire.Limits{
@@ -55,7 +56,7 @@ func (s *Server) limitsStatus() wire.LimitsStatus {
 			Resources: eff.Resources, IdempotencyKeys: eff.IdempotencyKeys,
 		},
 		Enforced: f.Format() >= 2,
-		Node:     s.guard.caps.wire(),
+		Node:     &node,
 	}
 }
 

@@ -19,7 +19,6 @@ import (
 	"github.com/elanous/elanous-node/fsm"
 	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/elanous/elanous-node/wire"
-	"golang.org/x/time/rate"
 )
 
 // loggedCluster is a cluster whose nodes log JSON lines into buffers, with
@@ -338,7 +337,7 @@ func TestServer_ClusterStatusVersion(t *testing.T) {
 // leader, are audited on the leader with the client's address, as every
 // forwarded admin action is (TestServer_AuditLog), not the follower's.
 func TestServer_ForwardedSnapshotAuditsTheClient(t *testing.T) {
-	c := startGuarded(t, api.Caps{WriteRate: rate.Inf}, apitest.Options{})
+	c := startGuarded(t, wire.NodeLimits{}, apitest.Options{})
 	leader, follower := c.Nodes[c.Leader()], c.Nodes[c.Follower()]
 	r := testutil.Expect(t, from("127.0.0.2", testutil.Call{Method: http.MethodGet, URL: follower.URL + "/v1/snapshot",
 		Auth: testutil.Bearer(c.Tokens.Admin)}), http.StatusOK)

@@ -13,11 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elanous/elanous-node/api"
 	"github.com/elanous/elanous-node/api/apitest"
 	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/elanous/elanous-node/wire"
-	"golang.org/x/time/rate"
 )
 
 // A /v1/primary blocking query that waits is parked (its connection taken
@@ -26,7 +24,7 @@ import (
 // it, a client that leaves frees its slot and is counted 499, Connection:
 // close is honoured, and Shutdown answers what is parked.
 func TestServer_ParkedPrimaryQuery(t *testing.T) {
-	c := startGuarded(t, api.Caps{WriteRate: rate.Inf}, apitest.Options{})
+	c := startGuarded(t, wire.NodeLimits{}, apitest.Options{})
 	fi := c.Follower()
 	n := c.Nodes[fi]
 	query := testutil.Bearer(c.Tokens.Query)

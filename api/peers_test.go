@@ -11,12 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elanous/elanous-node/api"
 	"github.com/elanous/elanous-node/api/apitest"
 	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/elanous/elanous-node/wire"
 	"github.com/hashicorp/raft"
-	"golang.org/x/time/rate"
 )
 
 // listPeers reads GET /v1/cluster/peers through url.
@@ -350,7 +348,7 @@ func TestPeers_AddOverTLS(t *testing.T) {
 // Membership changes are admin actions: one audit line each, on the leader,
 // naming the machine (and force), never a token.
 func TestPeers_Audit(t *testing.T) {
-	c := startGuarded(t, api.Caps{WriteRate: rate.Inf}, apitest.Options{})
+	c := startGuarded(t, wire.NodeLimits{}, apitest.Options{})
 	li, fi := c.Leader(), c.Follower()
 	leader, follower := c.Nodes[li], c.Nodes[fi]
 	testutil.Expect(t, testutil.Call{Method: http.MethodDelete, URL: follower.URL + "/v1/cluster/peers/node-x?force=true",

@@ -46,9 +46,10 @@ type Deps struct {
 	// VerifyClients makes the HTTPS API require a client certificate of the
 	// CA as well as a token (tls.verify_incoming_api).
 	VerifyClients bool
-	// Caps are this node's abuse limits (config limits.*); zero fields take
-	// DefaultCaps.
-	Caps Caps
+	// Limits are this node's own abuse limits (config limits.*, converted
+	// by config.LimitsConfig.Node); a zero cap takes its config default,
+	// and WriteRate 0 turns the rate limits off (withDefaults).
+	Limits wire.NodeLimits
 	// Audit receives the audit log (see Auditor); default Logger with
 	// audit=true on every line.
 	Audit *slog.Logger
@@ -57,12 +58,10 @@ type Deps struct {
 	Version string
 	// Lagging, when set, is asked instead of Node.Lagging whether this node
 	// lags, when it decides whether to let the leader judge a token it does
-	// not know (forwardUnknownToken). A real follower lags only for the
-	// instant between receiving an entry and applying it, too short for a
-	// test to hold; tests set it to hold one lagging. Production leaves it nil.
+	// not know (forwardUnknownToken); nil: Node.Lagging.
 	Lagging func() bool
 	// EventPing is how long an event stream stays silent before the node
-	// writes a ": ping" comment; default 15 s (tests shorten it).
+	// writes a ": ping" comment; default 15 s.
 	EventPing time.Duration
 	// EventWriteTimeout bounds each write to an event stream's client; past
 	// it the stream ends. Default 10 s.
@@ -111,7 +110,7 @@ func New(d Deps) *Server {
 	if d.Rand == nil {
 		d.Rand = rand.Reader
 	}
-	d.Caps = d.Caps.withDefaults()
+	d.Limits = withDefaults(d.Limits)
 	if d.EventPing <= 0 {
 		d.EventPing = defaultEventPing
 	}
@@ -125,7 +124,7 @@ func New(d Deps) *Server {
 			DialContext:         dialer.DialContext,
 			MaxIdleConns:        128,
 			MaxIdleConnsPerHost: 64,
-			MaxConnsPerHost:     d.Caps.ForwardConnections,
+			MaxConnsPerHost:     d.Limits.ForwardConnections,
 			IdleConnTimeout:     90 * time.Second,
 		}
 		if d.TLS != nil {
@@ -153,7 +152,7 @@ func New(d Deps) *Server {
 	d.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "elanous_event_streams", Help: "Event streams (GET /v1/events) open on this node.",
 	}, func() float64 { return float64(s.streams.Load()) }))
-	s.guard = newGuard(d.Caps, d.Node, d.Registry)
+	s.guard = newGuard(d.Limits, d.Node, d.Registry)
 	s.audit = &Auditor{log: d.Audit, address: s.guard.clientAddress}
 	if s.audit.log == nil {
 		s.audit.log = d.Logger
@@ -204,12 +203,12 @@ func (s *Server) SetTokens(t wire.TokensFile) {
 	s.peerToken.Store(&peer)
 }
 
-// Handler returns the API as an http.Handler (tests use it with httptest).
+// Handler returns the API as an http.Handler.
 func (s *Server) Handler() http.Handler { return s.echo }
 
 // Serve serves the API on ln with the server timeouts of the HTTP contract (ReadHeader 5 s, Read 10 s, Write 30 s, Idle 120 s) until
 // Shutdown — over TLS when Deps.TLS was set — capping its connections
-// (Caps.Connections overall, Caps.ConnectionsPerAddress per remote address,
+// (Limits.Connections overall, Limits.ConnectionsPerAddress per remote address,
 // counted before the TLS handshake). It returns nil after a clean shutdown.
 func (s *Server) Serve(ln net.Listener) error {
 	ln = s.guard.listen(ln)

@@ -17,11 +17,11 @@ import (
 // claim applied, or on a follower that heard from that leader within the
 // heartbeat timeout and applied its claim; otherwise the last known claim is
 // returned with known false. It takes no token; a blocking query without a
-// valid one waits at most Caps.AnonymousWait (an authenticated one, MaxWait).
+// valid one waits at most Limits.AnonymousWaitMs (an authenticated one, MaxWait).
 func (s *Server) getPrimary(c echo.Context) error {
 	if c.QueryParam("index") != "" {
 		if _, err := s.authenticate(c.Request()); err != nil {
-			c.Set(waitCapKey, s.guard.caps.AnonymousWait)
+			c.Set(waitCapKey, anonymousWait(s.guard.limits))
 		}
 	}
 	if err := s.block(c, fsm.TablePrimary); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/elanous/elanous-node/cluster/certs"
 	"github.com/elanous/elanous-node/cluster/transport"
+	"github.com/elanous/elanous-node/config/defaults"
 	"github.com/elanous/elanous-node/fsm"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -35,13 +36,15 @@ type Config struct {
 
 	// DataDir holds raft/raft.db and raft/snapshots. Ignored when Stores is set.
 	DataDir string
-	// Stores overrides the on-disk stores (tests use raft's in-memory ones).
+	// Stores, when set, replaces the on-disk stores (raft's in-memory ones,
+	// for instance).
 	Stores *Stores
 	// BindAddr and Advertise are the TCP transport's addresses. Ignored when
 	// Transport is set.
 	BindAddr  string
 	Advertise string
-	// Transport overrides the TCP transport (tests use raft.InmemTransport).
+	// Transport, when set, replaces the TCP transport (raft.InmemTransport,
+	// for instance).
 	Transport raft.Transport
 	// TLS, when set, makes the transport mutual TLS with these certificates:
 	// a peer must present a certificate of the CA naming a candidate, and a
@@ -49,14 +52,17 @@ type Config struct {
 	// Ignored when Transport is set.
 	TLS *certs.Store
 
-	HeartbeatTimeout   time.Duration // default 500ms
-	ElectionTimeout    time.Duration // default 500ms
-	LeaderLeaseTimeout time.Duration // default 250ms
-	CommitTimeout      time.Duration // default 50ms
-	SnapshotThreshold  uint64        // default 8192
-	SnapshotInterval   time.Duration // default 5s
-	TrailingLogs       uint64        // default 2048
-	MaxAppendEntries   int           // default 64
+	// Raft's timings and log figures (config raft.*); a zero field takes
+	// the config default of the same name (config/defaults), so a caller
+	// that sets none runs with what elanous-node serve runs with.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	SnapshotThreshold  uint64
+	SnapshotInterval   time.Duration
+	TrailingLogs       uint64
+	MaxAppendEntries   int
 	// Grace is added to every remaining TTL when a new leader claims; default
 	// twice the election timeout.
 	Grace time.Duration
@@ -65,7 +71,7 @@ type Config struct {
 	// ClaimTimeout bounds the Barrier and the claim after an election; default 10s.
 	ClaimTimeout time.Duration
 	// MaxBatch is the most commands one group-commit entry carries; default
-	// 64, and 1 turns group commit off. Batches are proposed only once the
+	// raft.max_batch's (config/defaults), and 1 turns group commit off. Batches are proposed only once the
 	// cluster's format level is at least 2.
 	MaxBatch int
 	// EventRing is how many recent changes the node keeps for resuming
@@ -118,7 +124,8 @@ type Config struct {
 	// expire at now + TTL + slack, and renewals the state covers write
 	// nothing (renew.go). 0 makes every renewal a write.
 	RenewSlack float64
-	// RenewSlackMax caps the slack (ttl.renew_slack_max); default 5m.
+	// RenewSlackMax caps the slack (ttl.renew_slack_max); default that key's
+	// (config/defaults).
 	RenewSlackMax time.Duration
 	// ConfirmProbe is how a follower confirms renewals with the leader; see
 	// SetConfirmProbe.
@@ -132,10 +139,8 @@ type Config struct {
 
 	// beforeApply, when set, is called on raft's FSM goroutine with each log
 	// entry before the state machine applies it; while it runs the node
-	// applies nothing. It is a test seam: this package's tests hold an entry
-	// back with it (a claim committed but not applied, claim_test.go). Being
-	// unexported, nothing outside the package can set it, and when it is nil
-	// New hands raft the state machine exactly as without it.
+	// applies nothing. Unexported, so only this package sets it; when it is
+	// nil New hands raft the state machine itself.
 	beforeApply func(*raft.Log)
 }
 
@@ -152,32 +157,32 @@ func (c *Config) setDefaults() {
 			*d = v
 		}
 	}
-	def(&c.HeartbeatTimeout, 500*time.Millisecond)
-	def(&c.ElectionTimeout, 500*time.Millisecond)
-	def(&c.LeaderLeaseTimeout, 250*time.Millisecond)
-	def(&c.CommitTimeout, 50*time.Millisecond)
-	def(&c.SnapshotInterval, 5*time.Second)
+	def(&c.HeartbeatTimeout, defaults.HeartbeatTimeout)
+	def(&c.ElectionTimeout, defaults.ElectionTimeout)
+	def(&c.LeaderLeaseTimeout, defaults.LeaderLeaseTimeout)
+	def(&c.CommitTimeout, defaults.CommitTimeout)
+	def(&c.SnapshotInterval, defaults.SnapshotInterval)
 	def(&c.Grace, 2*c.ElectionTimeout)
 	def(&c.SweepInterval, 5*time.Second)
 	def(&c.ClaimTimeout, 10*time.Second)
 	def(&c.FormatCheckInterval, 5*time.Second)
 	def(&c.MembershipInterval, time.Second)
 	def(&c.ServerStabilization, 3*time.Second)
-	def(&c.RenewSlackMax, 5*time.Minute)
+	def(&c.RenewSlackMax, defaults.RenewSlackMax)
 	if c.MaxLag == 0 {
 		c.MaxLag = 256
 	}
 	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = 8192
+		c.SnapshotThreshold = defaults.SnapshotThreshold
 	}
 	if c.TrailingLogs == 0 {
-		c.TrailingLogs = 2048
+		c.TrailingLogs = defaults.TrailingLogs
 	}
 	if c.MaxAppendEntries == 0 {
-		c.MaxAppendEntries = 64
+		c.MaxAppendEntries = defaults.MaxAppendEntries
 	}
 	if c.MaxBatch == 0 {
-		c.MaxBatch = defaultMaxBatch
+		c.MaxBatch = defaults.MaxBatch
 	}
 	if c.MaxInflight == 0 {
 		c.MaxInflight = defaultMaxInflight
@@ -197,7 +202,7 @@ type Node struct {
 	raft  *raft.Raft
 	trans raft.Transport
 	// stream is the plaintext transport's stream layer (nil with TLS or
-	// Config.Transport); tests close it as a process death would.
+	// Config.Transport).
 	stream *transport.TCPStream
 	stores *Stores
 	closer []io.Closer
@@ -356,7 +361,7 @@ func New(cfg Config) (*Node, error) {
 }
 
 // hookedFSM is the state machine with Config.beforeApply run before each
-// entry (tests only).
+// entry.
 type hookedFSM struct {
 	raft.FSM
 	before func(*raft.Log)
@@ -477,7 +482,7 @@ func (n *Node) closeAll() {
 // FSM returns the node's state machine for local reads.
 func (n *Node) FSM() *fsm.FSM { return n.fsm }
 
-// Raft returns the underlying raft instance (for metrics and tests).
+// Raft returns the underlying raft instance.
 func (n *Node) Raft() *raft.Raft { return n.raft }
 
 // ID returns this node's machine name.

@@ -15,16 +15,13 @@ import (
 // own result. A batch is flushed as soon as a pipeline slot is free, so a lone
 // write is proposed at once, as a plain entry, and waits for nothing.
 
-// Batching limits (ARCHITECTURE.md §2, group commit). A batch of 64 commands
-// is about 20 KiB. One entry in flight: the next batch fills while it is on
+// Batching limits (ARCHITECTURE.md §2, group commit; the batch size's
+// default is raft.max_batch's, config/defaults.MaxBatch). One entry in flight: the next batch fills while it is on
 // its way and leaves as soon as it is applied, so a write costs fewer boltdb
 // commits, AppendEntries and applies than with a second entry in flight
 // (BenchmarkHTTP_ResourceHeartbeat reports commands/batch). Acquires are not
 // batched (see Propose).
-const (
-	defaultMaxBatch    = 64
-	defaultMaxInflight = 1
-)
+const defaultMaxInflight = 1
 
 // proposal is one caller's command on its way into a batch.
 type proposal struct {

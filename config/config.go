@@ -3,6 +3,8 @@ package config
 import (
 	"path/filepath"
 	"time"
+
+	"github.com/elanous/elanous-node/config/defaults"
 )
 
 // Config is the whole configuration of one elanous-node process. Build one
@@ -212,19 +214,19 @@ func Default() Config {
 		},
 		Raft: RaftConfig{
 			Advertise:          "127.0.0.1:31412",
-			HeartbeatTimeout:   500 * time.Millisecond,
-			ElectionTimeout:    500 * time.Millisecond,
-			LeaderLeaseTimeout: 250 * time.Millisecond,
-			CommitTimeout:      50 * time.Millisecond,
-			SnapshotThreshold:  8192,
-			SnapshotInterval:   5 * time.Second,
-			TrailingLogs:       2048,
-			MaxAppendEntries:   64,
+			HeartbeatTimeout:   defaults.HeartbeatTimeout,
+			ElectionTimeout:    defaults.ElectionTimeout,
+			LeaderLeaseTimeout: defaults.LeaderLeaseTimeout,
+			CommitTimeout:      defaults.CommitTimeout,
+			SnapshotThreshold:  defaults.SnapshotThreshold,
+			SnapshotInterval:   defaults.SnapshotInterval,
+			TrailingLogs:       defaults.TrailingLogs,
+			MaxAppendEntries:   defaults.MaxAppendEntries,
 			BatchApply:         true,
 			ParallelWrite:      true,
 			LogCache:           1024,
 			NoFreelistSync:     true,
-			MaxBatch:           64,
+			MaxBatch:           defaults.MaxBatch,
 			FastFailover:       true,
 		},
 		Cluster: ClusterConfig{Bootstrap: true},
@@ -235,7 +237,7 @@ func Default() Config {
 		},
 		Log:    LogConfig{Level: "info", Format: "text"},
 		Limits: DefaultLimits(),
-		TTL:    TTLConfig{RenewSlack: 0.25, RenewSlackMax: 5 * time.Minute},
+		TTL:    TTLConfig{RenewSlack: defaults.RenewSlack, RenewSlackMax: defaults.RenewSlackMax},
 	}
 }
 

@@ -5,6 +5,9 @@ import (
 	"time"
 
 	"github.com/spf13/viper"
+
+	"github.com/elanous/elanous-node/config/defaults"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // LimitsConfig are this node's own abuse limits (limits.*): rate limits on
@@ -56,17 +59,34 @@ type LimitsConfig struct {
 	ForwardConnections int `mapstructure:"forward_connections"`
 }
 
-// DefaultLimits returns the default limits.* values.
+// DefaultLimits returns the default limits.* values (config/defaults).
 func DefaultLimits() LimitsConfig {
 	return LimitsConfig{
-		WriteRate:                 100,
-		WriteBurst:                200,
-		Connections:               32768,
-		ConnectionsPerAddress:     256,
-		BlockingQueries:           16384,
-		BlockingQueriesPerAddress: 64,
-		AnonymousWait:             30 * time.Second,
-		ForwardConnections:        64,
+		WriteRate:                 defaults.WriteRate,
+		WriteBurst:                defaults.WriteBurst,
+		Connections:               defaults.Connections,
+		ConnectionsPerAddress:     defaults.ConnectionsPerAddress,
+		BlockingQueries:           defaults.BlockingQueries,
+		BlockingQueriesPerAddress: defaults.BlockingQueriesPerAddress,
+		AnonymousWait:             defaults.AnonymousWait,
+		ForwardConnections:        defaults.ForwardConnections,
+	}
+}
+
+// Node returns the limits as the API enforces and reports them
+// (api.Deps.Limits; the "node" of GET /v1/cluster/limits). It is the one
+// conversion between the config keys and the wire fields: write_rate 0
+// stays 0 (no rate limit), anonymous_wait becomes milliseconds.
+func (l LimitsConfig) Node() wire.NodeLimits {
+	return wire.NodeLimits{
+		WriteRate:                 l.WriteRate,
+		WriteBurst:                l.WriteBurst,
+		Connections:               l.Connections,
+		ConnectionsPerAddress:     l.ConnectionsPerAddress,
+		BlockingQueries:           l.BlockingQueries,
+		BlockingQueriesPerAddress: l.BlockingQueriesPerAddress,
+		AnonymousWaitMs:           l.AnonymousWait.Milliseconds(),
+		ForwardConnections:        l.ForwardConnections,
 	}
 }
 

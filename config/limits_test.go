@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/elanous/elanous-node/wire"
 )
 
 func TestDefaultLimits(t *testing.T) {
@@ -21,6 +23,27 @@ func TestDefaultLimits(t *testing.T) {
 	}
 	if err := validConfig().Validate(); err != nil {
 		t.Errorf("Validate() of the defaults = %v", err)
+	}
+}
+
+// Node converts every limits.* key to its wire field: the API enforces and
+// reports what it returns.
+func TestLimitsConfig_Node(t *testing.T) {
+	l := LimitsConfig{
+		WriteRate: 2.5, WriteBurst: 5, Connections: 100, ConnectionsPerAddress: 20,
+		BlockingQueries: 30, BlockingQueriesPerAddress: 8, AnonymousWait: 1500 * time.Millisecond, ForwardConnections: 7,
+	}
+	want := wire.NodeLimits{
+		WriteRate: 2.5, WriteBurst: 5, Connections: 100, ConnectionsPerAddress: 20,
+		BlockingQueries: 30, BlockingQueriesPerAddress: 8, AnonymousWaitMs: 1500, ForwardConnections: 7,
+	}
+	if got := l.Node(); got != want {
+		t.Errorf("Node() = %+v, want %+v", got, want)
+	}
+	off := DefaultLimits()
+	off.WriteRate = 0
+	if got := off.Node(); got.WriteRate != 0 || got.AnonymousWaitMs != 30_000 || got.WriteBurst != 200 {
+		t.Errorf("Node() of the defaults with write_rate 0 = %+v, want writeRate 0, anonymousWaitMs 30000, writeBurst 200", got)
 	}
 }
 

@@ -15,10 +15,10 @@ import (
 
 	"github.com/elanous/elanous-node/api"
 	"github.com/elanous/elanous-node/cluster"
+	"github.com/elanous/elanous-node/config/defaults"
 	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/elanous/elanous-node/wire"
 	"github.com/hashicorp/raft"
-	"golang.org/x/time/rate"
 )
 
 // Node is one running candidate.
@@ -47,7 +47,7 @@ type Cluster struct {
 
 // DefaultRenewSlack is the nodes' renewal slack unless
 // Options.EveryRenewalWrites: ttl.renew_slack's default.
-const DefaultRenewSlack = 0.25
+const DefaultRenewSlack = defaults.RenewSlack
 
 // Options tune a cluster. Zero values take fast test defaults.
 type Options struct {
@@ -59,9 +59,9 @@ type Options struct {
 	CommitTimeout time.Duration
 	// API, when set, may change the api.Deps of node i before its server
 	// starts (and again at each restart): a counting random source, a
-	// registry the test reads metrics from, its Caps. The write rate
-	// limits are off unless it sets Caps.WriteRate: tests drive many writes
-	// from one address; the other caps keep their defaults.
+	// registry the test reads metrics from, its Limits. The write rate
+	// limits are off unless it sets Limits.WriteRate: tests drive many
+	// writes from one address; the other caps keep their defaults.
 	API func(i int, d *api.Deps)
 	// TLS runs Raft over mutual TLS and the API over HTTPS, with
 	// certificates of a CA made for the cluster (Cluster.PKI).
@@ -169,7 +169,7 @@ func (c *Cluster) startNode(i int, trans raft.Transport, ln net.Listener) {
 	if err != nil {
 		c.t.Fatalf("cluster.New(%s): %v", c.cands[i].Machine, err)
 	}
-	deps := api.Deps{Node: node, Tokens: c.Tokens, TLS: cfg.TLS, VerifyClients: c.opts.VerifyClients, Caps: api.Caps{WriteRate: rate.Inf}}
+	deps := api.Deps{Node: node, Tokens: c.Tokens, TLS: cfg.TLS, VerifyClients: c.opts.VerifyClients}
 	if c.opts.API != nil {
 		c.opts.API(i, &deps)
 	}

@@ -6,26 +6,8 @@ import (
 	"log/slog"
 	"os"
 
-	"golang.org/x/time/rate"
-
-	"github.com/elanous/elanous-node/api"
 	"github.com/elanous/elanous-node/config"
 )
-
-// apiCaps turns limits.* into the API's caps; write_rate 0 turns the rate
-// limits off.
-func apiCaps(l config.LimitsConfig) api.Caps {
-	c := api.Caps{
-		WriteRate: rate.Limit(l.WriteRate), WriteBurst: l.WriteBurst,
-		Connections: l.Connections, ConnectionsPerAddress: l.ConnectionsPerAddress,
-		BlockingQueries: l.BlockingQueries, BlockingQueriesPerAddress: l.BlockingQueriesPerAddress,
-		AnonymousWait: l.AnonymousWait, ForwardConnections: l.ForwardConnections,
-	}
-	if l.WriteRate == 0 {
-		c.WriteRate = rate.Inf
-	}
-	return c
-}
 
 // openAuditLog returns the audit logger of log.audit_file: JSON lines
 // appended to the file (created 0600), each with the node's name. With no

@@ -55,9 +55,8 @@ type elanousSystem struct {
 }
 
 type elanousNode struct {
-	name, dataDir, config, logPath, url string
-	p                                   *proc
-	restarts                            int
+	server
+	config, url string
 }
 
 // newElanousSystem builds elanous-node from the working tree repo into dir.
@@ -113,13 +112,7 @@ func (s *elanousSystem) passedEnv() []string { return s.passed }
 func (s *elanousSystem) Name() string        { return "elanous" }
 func (s *elanousSystem) Version() string     { return s.version }
 
-func (s *elanousSystem) Logs() []string {
-	var out []string
-	for _, n := range s.nodes {
-		out = append(out, n.logPath)
-	}
-	return out
-}
+func (s *elanousSystem) Logs() []string { return logPaths(s.nodes) }
 
 func (s *elanousSystem) Start(ctx context.Context) error {
 	ports, err := freePorts(6)
@@ -133,8 +126,8 @@ func (s *elanousSystem) Start(ctx context.Context) error {
 	for i := range 3 {
 		name := fmt.Sprintf("node-%c", 'a'+i)
 		ndir := filepath.Join(s.dir, name)
-		n := &elanousNode{name: name, dataDir: filepath.Join(ndir, "data"), config: filepath.Join(ndir, "elanous.yaml"),
-			logPath: filepath.Join(ndir, "node.log"), url: fmt.Sprintf("http://127.0.0.1:%d", ports[i])}
+		n := &elanousNode{server: server{name: name, dataDir: filepath.Join(ndir, "data"), logPath: filepath.Join(ndir, "node.log")},
+			config: filepath.Join(ndir, "elanous.yaml"), url: fmt.Sprintf("http://127.0.0.1:%d", ports[i])}
 		if err := os.MkdirAll(n.dataDir, 0o700); err != nil {
 			return err
 		}
@@ -201,21 +194,10 @@ func (s *elanousSystem) initTokens(ctx context.Context) error {
 
 func (s *elanousSystem) startNode(i int) error {
 	n := s.nodes[i]
-	p, err := s.procs.start(s.bin, []string{"serve", "--config", n.config}, s.env, n.logPath)
-	if err != nil {
-		return err
-	}
-	n.p = p
-	return nil
+	return n.start(s.procs, s.bin, []string{"serve", "--config", n.config}, s.env)
 }
 
-func (s *elanousSystem) Stop() {
-	for _, n := range s.nodes {
-		if n.p != nil {
-			_ = n.p.kill()
-		}
-	}
-}
+func (s *elanousSystem) Stop() { killAll(s.nodes) }
 
 // primary reads GET /v1/primary on node i.
 func (s *elanousSystem) primary(ctx context.Context, i int) (wire.Primary, error) {
@@ -498,11 +480,5 @@ func (s *elanousSystem) Restart(ctx context.Context, i int) error {
 }
 
 func (s *elanousSystem) Usage() []nodeUsage {
-	var out []nodeUsage
-	for _, n := range s.nodes {
-		out = append(out, nodeUsage{System: "elanous", Node: n.name, PID: n.p.pid(), RSSBytes: rssBytes(n.p.pid()),
-			DBName: "raft.db", DBBytes: fileSize(filepath.Join(n.dataDir, "raft", "raft.db")),
-			DataBytes: dirSize(n.dataDir), Restarts: n.restarts})
-	}
-	return out
+	return usageOf(s.nodes, "elanous", "raft.db", "raft", "raft.db")
 }

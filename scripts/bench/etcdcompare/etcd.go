@@ -151,11 +151,9 @@ type etcdSystem struct {
 }
 
 type etcdMember struct {
-	name, dataDir, logPath string
-	args                   []string
-	clientURL              string
-	p                      *proc
-	restarts               int
+	server
+	args      []string
+	clientURL string
 }
 
 func newEtcdSystem(name, bin, dir string, p *procs) (*etcdSystem, error) {
@@ -169,13 +167,7 @@ func newEtcdSystem(name, bin, dir string, p *procs) (*etcdSystem, error) {
 func (s *etcdSystem) Name() string    { return s.name }
 func (s *etcdSystem) Version() string { return s.version }
 
-func (s *etcdSystem) Logs() []string {
-	var out []string
-	for _, m := range s.members {
-		out = append(out, m.logPath)
-	}
-	return out
-}
+func (s *etcdSystem) Logs() []string { return logPaths(s.members) }
 
 func (s *etcdSystem) Start(ctx context.Context) error {
 	ports, err := freePorts(6)
@@ -190,7 +182,7 @@ func (s *etcdSystem) Start(ctx context.Context) error {
 	}
 	var endpoints []string
 	for i := range 3 {
-		m := &etcdMember{name: fmt.Sprintf("m%d", i), clientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[i])}
+		m := &etcdMember{server: server{name: fmt.Sprintf("m%d", i)}, clientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[i])}
 		mdir := filepath.Join(s.dir, m.name)
 		if err := os.MkdirAll(mdir, 0o700); err != nil {
 			return err
@@ -235,12 +227,7 @@ func etcdEnv() []string {
 
 func (s *etcdSystem) startMember(i int) error {
 	m := s.members[i]
-	p, err := s.procs.start(s.bin, m.args, etcdEnv(), m.logPath)
-	if err != nil {
-		return err
-	}
-	m.p = p
-	return nil
+	return m.start(s.procs, s.bin, m.args, etcdEnv())
 }
 
 func newEtcdClient(endpoints []string) (*clientv3.Client, error) {
@@ -252,11 +239,7 @@ func (s *etcdSystem) Stop() {
 		s.admin.Close()
 		s.admin = nil
 	}
-	for _, m := range s.members {
-		if m.p != nil {
-			_ = m.p.kill()
-		}
-	}
+	killAll(s.members)
 }
 
 // WaitHealthy waits until every member answers Status naming one leader and
@@ -372,6 +355,19 @@ func (s *etcdSystem) clients(n, only int) ([]*clientv3.Client, error) {
 	return cs, nil
 }
 
+// revokeAndClose returns a cleanup that revokes each of *leases through the
+// client of the same index in cs (within a second each), then closes cs.
+func revokeAndClose(cs []*clientv3.Client, leases *[]clientv3.LeaseID) func() {
+	return func() {
+		for i, id := range *leases {
+			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, _ = cs[i].Revoke(rctx, id)
+			cancel()
+		}
+		closeAll(cs)
+	}
+}
+
 func closeAll(cs []*clientv3.Client) {
 	for _, c := range cs {
 		c.Close()
@@ -393,14 +389,7 @@ func (s *etcdSystem) Workers(ctx context.Context, row string, n int) ([]step, fu
 	}
 	var steps []step
 	var leases []clientv3.LeaseID
-	cleanup := func() {
-		for i, id := range leases {
-			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_, _ = cs[i].Revoke(rctx, id)
-			cancel()
-		}
-		closeAll(cs)
-	}
+	cleanup := revokeAndClose(cs, &leases)
 	for i, c := range cs {
 		var st step
 		switch row {
@@ -478,14 +467,7 @@ func (s *etcdSystem) openWorkers(ctx context.Context, c cadence, clients int) ([
 		return nil, nil, err
 	}
 	var leases []clientv3.LeaseID
-	cleanup := func() {
-		for i, id := range leases {
-			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_, _ = cs[i].Revoke(rctx, id)
-			cancel()
-		}
-		closeAll(cs)
-	}
+	cleanup := revokeAndClose(cs, &leases)
 	var workers []openStep
 	for _, cl := range cs {
 		g, err := grant(ctx, cl, seedTTLMs/1000)
@@ -586,13 +568,7 @@ func (s *etcdSystem) Restart(ctx context.Context, i int) error {
 }
 
 func (s *etcdSystem) Usage() []nodeUsage {
-	var out []nodeUsage
-	for _, m := range s.members {
-		out = append(out, nodeUsage{System: s.name, Node: m.name, PID: m.p.pid(), RSSBytes: rssBytes(m.p.pid()),
-			DBName: "member/snap/db", DBBytes: fileSize(filepath.Join(m.dataDir, "member", "snap", "db")),
-			DataBytes: dirSize(m.dataDir), Restarts: m.restarts})
-	}
-	return out
+	return usageOf(s.members, s.name, "member/snap/db", "member", "snap", "db")
 }
 
 // retry calls fn up to n times with a fresh request deadline each time,
