@@ -335,7 +335,9 @@ func (t heldTransport) Close() error {
 // A follower that lags lets the leader judge a well-formed token it does not
 // know, and does so at most 10 times a second (bursts of 20; api/ratelimit.go's
 // unknownTokenForward*), so a flood of random tokens mostly never reaches
-// the leader. The follower is held lagging through Deps.Lagging. A token
+// the leader. The follower is held lagging through Deps.Lagging: a real
+// follower lags only for the instant between receiving an entry and applying
+// it, too short for a test to hold. A token
 // only the leader knows is a cluster token the leader alone has been given
 // (a tokens.json reload that reached it first): its answer through the
 // follower is the leader's judgement.

@@ -190,7 +190,7 @@ func (s *Server) forwardUnknownToken(c echo.Context) bool {
 }
 
 // nodeLags reports whether this node holds entries it has not applied
-// (cluster.Node.Lagging, or Deps.Lagging when a test set it).
+// (cluster.Node.Lagging, or Deps.Lagging when set).
 func (s *Server) nodeLags() bool {
 	if s.lagging != nil {
 		return s.lagging()

@@ -15,11 +15,11 @@ import (
 	"github.com/elanous/elanous-node/wire"
 )
 
-// Regression for the fault suite's leader-kill scenario: the leader read a
-// forwarded acquire (which carries Idempotency-Key), applied it and died
-// before answering. The transport replayed the request, the replay could not
-// even dial, and the follower answered 503 no-leader — "not applied" — for a
-// write that had been applied. It must answer outcome-unknown.
+// A leader that reads a forwarded acquire (which carries Idempotency-Key),
+// applies it and dies before answering leaves the follower a write that may
+// have been applied: when the transport's replay of the request cannot even
+// dial, the follower must answer outcome-unknown, never 503 no-leader ("not
+// applied").
 func TestSendForward_LeaderKillAfterWrite(t *testing.T) {
 	var srv *httptest.Server
 	var calls atomic.Int32

@@ -58,12 +58,10 @@ type Deps struct {
 	Version string
 	// Lagging, when set, is asked instead of Node.Lagging whether this node
 	// lags, when it decides whether to let the leader judge a token it does
-	// not know (forwardUnknownToken). A real follower lags only for the
-	// instant between receiving an entry and applying it, too short for a
-	// test to hold; tests set it to hold one lagging. Production leaves it nil.
+	// not know (forwardUnknownToken); nil: Node.Lagging.
 	Lagging func() bool
 	// EventPing is how long an event stream stays silent before the node
-	// writes a ": ping" comment; default 15 s (tests shorten it).
+	// writes a ": ping" comment; default 15 s.
 	EventPing time.Duration
 	// EventWriteTimeout bounds each write to an event stream's client; past
 	// it the stream ends. Default 10 s.
@@ -205,7 +203,7 @@ func (s *Server) SetTokens(t wire.TokensFile) {
 	s.peerToken.Store(&peer)
 }
 
-// Handler returns the API as an http.Handler (tests use it with httptest).
+// Handler returns the API as an http.Handler.
 func (s *Server) Handler() http.Handler { return s.echo }
 
 // Serve serves the API on ln with the server timeouts of the HTTP contract (ReadHeader 5 s, Read 10 s, Write 30 s, Idle 120 s) until

@@ -138,7 +138,8 @@ type ownClaim struct {
 	wall int64
 }
 
-// claimGate watches, through Config.beforeApply, each node's state machine
+// claimGate holds an entry back with Config.beforeApply, the package's seam
+// for a claim committed but not applied. It watches each node's state machine
 // reach a claim of its own (the node leads and is about to apply its claim).
 // Until armed it does nothing, so the first election goes by; once armed it
 // records every such claim and, if it holds, keeps the claim from being

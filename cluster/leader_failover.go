@@ -98,7 +98,7 @@ type failover struct {
 	firstDrop atomic.Int64
 
 	// hurried and restored count the elections this node hurried and the
-	// restores of the configured heartbeat timeout (tests read them).
+	// restores of the configured heartbeat timeout.
 	hurried  atomic.Uint64
 	restored atomic.Uint64
 	mu       sync.Mutex // serialises ReloadConfig's read-modify-write

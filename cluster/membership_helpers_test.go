@@ -101,6 +101,28 @@ func newMembershipCluster(t *testing.T, n int, extra ...func(int, *Config)) (*te
 	return tc, p
 }
 
+// newSeededMembership is newMembershipCluster(t, 3) once it has a leader,
+// whose index it returns, and every node's directory holds the three.
+func newSeededMembership(t *testing.T) (*testCluster, *probes, int) {
+	t.Helper()
+	tc, p := newMembershipCluster(t, 3)
+	li := tc.readyLeader()
+	tc.waitDirectory("node-a", "node-b", "node-c")
+	return tc, p, li
+}
+
+// newSeededOneDown is newSeededMembership with one follower's probe down: it
+// returns the leader's index, the follower's that answers and the one's that
+// does not.
+func newSeededOneDown(t *testing.T) (tc *testCluster, li, up, down int) {
+	t.Helper()
+	tc, p, li := newSeededMembership(t)
+	others := tc.others(li)
+	up, down = others[0], others[1]
+	p.setDown(tc.nodes[down].ID(), true)
+	return tc, li, up, down
+}
+
 // addWaiting starts a node named id without Raft state and with bootstrap
 // off, connected to every node; it returns its index and the spec to add it
 // with. Its configured candidates are the cluster's and itself.

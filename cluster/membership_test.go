@@ -63,9 +63,7 @@ func TestNode_Candidates_BeforeTheDirectory(t *testing.T) {
 }
 
 func TestNode_AddPeer_PromotesOnceCaughtUp(t *testing.T) {
-	tc, p := newMembershipCluster(t, 3)
-	li := tc.readyLeader()
-	tc.waitDirectory("node-a", "node-b", "node-c")
+	tc, p, li := newSeededMembership(t)
 	leader := tc.nodes[li]
 	ctx := context.Background()
 	for i := range 10 {
@@ -129,9 +127,7 @@ func TestNode_AddPeer_PromotesOnceCaughtUp(t *testing.T) {
 }
 
 func TestNode_AddPeer_Nonvoter(t *testing.T) {
-	tc, p := newMembershipCluster(t, 3)
-	li := tc.readyLeader()
-	tc.waitDirectory("node-a", "node-b", "node-c")
+	tc, p, li := newSeededMembership(t)
 	leader := tc.nodes[li]
 	_, spec := tc.addWaiting("node-d", p)
 	spec.Nonvoter = true
@@ -152,9 +148,7 @@ func TestNode_AddPeer_Nonvoter(t *testing.T) {
 }
 
 func TestNode_AddPeer_Refusals(t *testing.T) {
-	tc, p := newMembershipCluster(t, 3)
-	li := tc.readyLeader()
-	tc.waitDirectory("node-a", "node-b", "node-c")
+	tc, p, li := newSeededMembership(t)
 	leader := tc.nodes[li]
 	fi := tc.others(li)[0]
 	_, spec := tc.addWaiting("node-d", p)
@@ -192,13 +186,9 @@ func TestNode_AddPeer_Refusals(t *testing.T) {
 }
 
 func TestNode_RemovePeer_Quorum(t *testing.T) {
-	tc, p := newMembershipCluster(t, 3)
-	li := tc.readyLeader()
-	tc.waitDirectory("node-a", "node-b", "node-c")
+	tc, li, up, down := newSeededOneDown(t)
 	leader := tc.nodes[li]
-	others := tc.others(li)
-	live, dead := tc.nodes[others[0]].ID(), tc.nodes[others[1]].ID()
-	p.setDown(dead, true)
+	live, dead := tc.nodes[up].ID(), tc.nodes[down].ID()
 	ctx := context.Background()
 
 	// Removing the live follower would leave {leader, dead}: one of two answers.
@@ -217,7 +207,7 @@ func TestNode_RemovePeer_Quorum(t *testing.T) {
 	if tc.suffrage(li, dead) != "" {
 		t.Errorf("%s still in the raft configuration after RemovePeer", dead)
 	}
-	for _, i := range []int{li, others[0]} {
+	for _, i := range []int{li, up} {
 		n := tc.nodes[i]
 		testutil.WaitFor(t, n.ID()+" applied the removal", 5*time.Second, func() bool { return n.FSM().AppliedIndex() >= change.Index })
 		if _, ok := n.Candidate(dead); ok {
@@ -230,20 +220,16 @@ func TestNode_RemovePeer_Quorum(t *testing.T) {
 }
 
 func TestNode_RemovePeer_Force(t *testing.T) {
-	tc, p := newMembershipCluster(t, 3)
-	li := tc.readyLeader()
-	tc.waitDirectory("node-a", "node-b", "node-c")
+	tc, li, up, down := newSeededOneDown(t)
 	leader := tc.nodes[li]
-	others := tc.others(li)
-	a, b := tc.nodes[others[0]].ID(), tc.nodes[others[1]].ID()
-	p.setDown(b, true)
+	a := tc.nodes[up].ID()
 	if _, err := leader.RemovePeer(context.Background(), a, true); err != nil {
 		t.Fatalf("RemovePeer(%s, force) error = %v", a, err)
 	}
 	if tc.suffrage(li, a) != "" {
 		t.Errorf("%s still a server after a forced removal", a)
 	}
-	for _, i := range []int{li, others[1]} {
+	for _, i := range []int{li, down} {
 		n := tc.nodes[i]
 		testutil.WaitFor(t, n.ID()+" forgets "+a, 5*time.Second, func() bool {
 			_, listed := n.directoryEntry(a)
@@ -264,9 +250,7 @@ func TestNode_RemovePeer_LastVoter(t *testing.T) {
 }
 
 func TestNode_RemovePeer_Leader(t *testing.T) {
-	tc, _ := newMembershipCluster(t, 3)
-	li := tc.readyLeader()
-	tc.waitDirectory("node-a", "node-b", "node-c")
+	tc, _, li := newSeededMembership(t)
 	old := tc.nodes[li].ID()
 	if _, err := tc.nodes[li].RemovePeer(context.Background(), old, false); err != nil {
 		t.Fatalf("RemovePeer(the leader itself) error = %v", err)
@@ -287,9 +271,7 @@ func TestNode_RemovePeer_Leader(t *testing.T) {
 }
 
 func TestNode_DemotePromote(t *testing.T) {
-	tc, p := newMembershipCluster(t, 3)
-	li := tc.readyLeader()
-	tc.waitDirectory("node-a", "node-b", "node-c")
+	tc, p, li := newSeededMembership(t)
 	leader := tc.nodes[li]
 	f := tc.nodes[tc.others(li)[0]].ID()
 	ctx := context.Background()
@@ -323,9 +305,7 @@ func TestNode_DemotePromote(t *testing.T) {
 }
 
 func TestNode_Maintain_DropsStaleEntries(t *testing.T) {
-	tc, _ := newMembershipCluster(t, 3)
-	li := tc.readyLeader()
-	tc.waitDirectory("node-a", "node-b", "node-c")
+	tc, _, li := newSeededMembership(t)
 	leader := tc.nodes[li]
 	l, err := leader.readyLeadership()
 	if err != nil {
@@ -345,9 +325,7 @@ func TestNode_Maintain_DropsStaleEntries(t *testing.T) {
 func TestNode_ForwardTargetFollowsTheDirectory(t *testing.T) {
 	// node-d is in no node's configuration but its own: once added, every
 	// node resolves it as leader from the directory.
-	tc, p := newMembershipCluster(t, 3)
-	li := tc.readyLeader()
-	tc.waitDirectory("node-a", "node-b", "node-c")
+	tc, p, li := newSeededMembership(t)
 	di, spec := tc.addWaiting("node-d", p)
 	for i := 0; i < di; i++ {
 		if _, ok := tc.nodes[i].configured("node-d"); ok {

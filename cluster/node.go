@@ -36,13 +36,15 @@ type Config struct {
 
 	// DataDir holds raft/raft.db and raft/snapshots. Ignored when Stores is set.
 	DataDir string
-	// Stores overrides the on-disk stores (tests use raft's in-memory ones).
+	// Stores, when set, replaces the on-disk stores (raft's in-memory ones,
+	// for instance).
 	Stores *Stores
 	// BindAddr and Advertise are the TCP transport's addresses. Ignored when
 	// Transport is set.
 	BindAddr  string
 	Advertise string
-	// Transport overrides the TCP transport (tests use raft.InmemTransport).
+	// Transport, when set, replaces the TCP transport (raft.InmemTransport,
+	// for instance).
 	Transport raft.Transport
 	// TLS, when set, makes the transport mutual TLS with these certificates:
 	// a peer must present a certificate of the CA naming a candidate, and a
@@ -137,10 +139,8 @@ type Config struct {
 
 	// beforeApply, when set, is called on raft's FSM goroutine with each log
 	// entry before the state machine applies it; while it runs the node
-	// applies nothing. It is a test seam: this package's tests hold an entry
-	// back with it (a claim committed but not applied, claim_test.go). Being
-	// unexported, nothing outside the package can set it, and when it is nil
-	// New hands raft the state machine exactly as without it.
+	// applies nothing. Unexported, so only this package sets it; when it is
+	// nil New hands raft the state machine itself.
 	beforeApply func(*raft.Log)
 }
 
@@ -202,7 +202,7 @@ type Node struct {
 	raft  *raft.Raft
 	trans raft.Transport
 	// stream is the plaintext transport's stream layer (nil with TLS or
-	// Config.Transport); tests close it as a process death would.
+	// Config.Transport).
 	stream *transport.TCPStream
 	stores *Stores
 	closer []io.Closer
@@ -361,7 +361,7 @@ func New(cfg Config) (*Node, error) {
 }
 
 // hookedFSM is the state machine with Config.beforeApply run before each
-// entry (tests only).
+// entry.
 type hookedFSM struct {
 	raft.FSM
 	before func(*raft.Log)
@@ -482,7 +482,7 @@ func (n *Node) closeAll() {
 // FSM returns the node's state machine for local reads.
 func (n *Node) FSM() *fsm.FSM { return n.fsm }
 
-// Raft returns the underlying raft instance (for metrics and tests).
+// Raft returns the underlying raft instance.
 func (n *Node) Raft() *raft.Raft { return n.raft }
 
 // ID returns this node's machine name.

@@ -30,28 +30,7 @@ func TestNode_ReadIndexOnAPartitionedLeader(t *testing.T) {
 		t.Fatalf("ReadIndex() on the connected leader error = %v", err)
 	}
 
-	failed := make(chan raft.Observation, 64)
-	observer := raft.NewObserver(failed, false, func(o *raft.Observation) bool {
-		_, ok := o.Data.(raft.FailedHeartbeatObservation)
-		return ok
-	})
-	old.Raft().RegisterObserver(observer)
-	defer old.Raft().DeregisterObserver(observer)
-	tc.isolate(li)
-	cut := map[raft.ServerID]bool{}
-	testutil.WaitFor(t, "a failed heartbeat from the cut-off leader to each peer", 5*time.Second, func() bool {
-		for {
-			select {
-			case o := <-failed:
-				cut[o.Data.(raft.FailedHeartbeatObservation).PeerID] = true
-			default:
-				return len(cut) == len(tc.nodes)-1
-			}
-		}
-	})
-	if _, err := old.readyLeadership(); err != nil {
-		t.Fatalf("setup: the leader stopped leading as soon as it was cut off (%v); its lease is 500 ms", err)
-	}
+	tc.isolateLeader(t, li)
 	// The deadline leaves room for the lease to run out; the answer must be
 	// an error, not nil, however long it takes.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -90,13 +69,12 @@ func TestNode_ReadIndexOnAPartitionedLeader(t *testing.T) {
 	}
 }
 
-// TestNode_PrecheckClockSkewDeposedLeaderRefusesNothing is the regression test
-// of the fault suite's clock-skew finding: a leader that still believes it
-// leads after the cluster moved on answered a release 409 lease-mismatch from
-// its stale state, without proposing, while the new leader held that lease.
-// A refusal is a read, so Precheck confirms it as a ReadIndex does; on the
-// cut-off leader that fails, and Precheck leaves the verdict to Propose. The
-// same refusal on a leader that can reach its quorum is answered.
+// A leader that still believes it leads after the cluster moved on must not
+// refuse a command from its stale state (a release answered 409
+// lease-mismatch while the new leader holds that lease). A refusal is a read,
+// so Precheck confirms it as a ReadIndex does; on the cut-off leader that
+// fails, and Precheck leaves the verdict to Propose. The same refusal on a
+// leader that can reach its quorum is answered.
 func TestNode_PrecheckClockSkewDeposedLeaderRefusesNothing(t *testing.T) {
 	tc := newTestCluster(t, 3, slowTimeouts(500*time.Millisecond, 500*time.Millisecond))
 	li := tc.readyLeader()
@@ -106,6 +84,22 @@ func TestNode_PrecheckClockSkewDeposedLeaderRefusesNothing(t *testing.T) {
 		t.Fatalf("Precheck(heartbeat of an unknown id) on the connected leader = %v, want %v", err, fsm.ErrNotFound)
 	}
 
+	tc.isolateLeader(t, li)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := old.Precheck(ctx, unknown); err != nil {
+		t.Fatalf("Precheck() on the cut-off leader = %v, want nil (it cannot confirm it still leads)", err)
+	}
+}
+
+// isolateLeader cuts off node li, the leader, and returns once a heartbeat
+// from it to each peer has failed while it still believes it leads (raft
+// counts any heartbeat answered after a read started, and one sent just
+// before the cut may still be answered). The cluster's leader lease must be
+// long enough (500 ms with slowTimeouts) for the node to still lead then.
+func (tc *testCluster) isolateLeader(t *testing.T, li int) {
+	t.Helper()
+	old := tc.nodes[li]
 	failed := make(chan raft.Observation, 64)
 	observer := raft.NewObserver(failed, false, func(o *raft.Observation) bool {
 		_, ok := o.Data.(raft.FailedHeartbeatObservation)
@@ -127,10 +121,5 @@ func TestNode_PrecheckClockSkewDeposedLeaderRefusesNothing(t *testing.T) {
 	})
 	if _, err := old.readyLeadership(); err != nil {
 		t.Fatalf("setup: the leader stopped leading as soon as it was cut off (%v); its lease is 500 ms", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := old.Precheck(ctx, unknown); err != nil {
-		t.Fatalf("Precheck() on the cut-off leader = %v, want nil (it cannot confirm it still leads)", err)
 	}
 }

@@ -197,7 +197,7 @@ func TestNode_RenewFollowerForwardsWrites(t *testing.T) {
 	}
 }
 
-// With the slack off every renewal is a write, as before format 3.
+// With the slack off (0) every renewal is a write.
 func TestNode_RenewSlackOffWritesEveryRenewal(t *testing.T) {
 	tc, li := renewCluster(t, 0)
 	leader := tc.nodes[li]

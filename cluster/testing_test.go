@@ -23,8 +23,7 @@ type testCluster struct {
 
 // fastConfig is a node of an in-memory test cluster: quick elections, and a
 // leader lease long enough (100 ms) that a two-core machine running -race and
-// other packages' tests does not depose a healthy leader mid-test (at 50 ms
-// it now and then did).
+// other packages' tests does not depose a healthy leader mid-test.
 func fastConfig(id string, cands []Candidate) Config {
 	return Config{
 		ID: id, Candidates: cands, Bootstrap: true,

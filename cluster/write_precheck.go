@@ -22,9 +22,8 @@ import (
 //
 // A refusal is an answer read from the state, so it must be linearizable:
 // a node that still believes it leads after the cluster moved on would
-// otherwise refuse from a stale state (the fault suite's clock-skew scenario
-// caught a deposed leader answering 409 to the release of a lease the new
-// leader had granted). So a refusal is confirmed as a ReadIndex read is: the
+// otherwise refuse from a stale state (answer 409 to the release of a lease
+// the new leader has granted). So a refusal is confirmed as a ReadIndex read is: the
 // leader takes its commit index, confirms its leadership with a quorum,
 // waits until it has applied that index, and judges again. When that fails
 // (it no longer leads, ctx ends) Precheck returns nil and Propose decides.

@@ -257,15 +257,10 @@ func TestFSM_ApplyAcquireLeaseFence(t *testing.T) {
 }
 
 func TestFSM_ApplyRenewLease(t *testing.T) {
-	short := func(h *harness) {
-		c := acquireCmd(t0, memberCaller, "lease-1")
-		c.TTLMs = 1000
-		h.mustApply(c)
-	}
 	cases := []applyCase{
 		{
 			name: "extends from now",
-			cmd:  constant(RenewLease{Header: Header{Now: t0 + 1000}, Caller: memberCaller, Port: 31450, LeaseID: "lease-base"}),
+			cmd:  constant(renewCmd(t0+1000, memberCaller, 31450, "lease-base")),
 			check: func(t *testing.T, h *harness, res interface{}) {
 				l := res.(PortLease)
 				if l.ExpiresAt != t0+1000+ttl || l.RenewedAt != t0+1000 || l.GrantedAt != t0 || l.Fence != 3 || l.Generation != baseTerm {
@@ -281,40 +276,15 @@ func TestFSM_ApplyRenewLease(t *testing.T) {
 		},
 		{
 			name:  "machine token renews its own",
-			setup: func(h *harness) { h.mustApply(acquireCmd(t0, mbpCaller, "lease-1")) },
-			cmd:   constant(RenewLease{Header: Header{Now: t0 + 1}, Caller: mbpCaller, Port: 31451, LeaseID: "lease-1"}),
+			setup: mbpLease,
+			cmd:   constant(renewCmd(t0+1, mbpCaller, 31451, "lease-1")),
 		},
-		{
-			name:    "no lease",
-			cmd:     constant(RenewLease{Header: Header{Now: t0}, Caller: memberCaller, Port: 31460, LeaseID: "lease-base"}),
-			wantErr: []error{ErrNotFound},
-		},
-		{
-			name:    "expired lease",
-			setup:   short,
-			cmd:     constant(RenewLease{Header: Header{Now: t0 + 1000}, Caller: memberCaller, Port: 31451, LeaseID: "lease-1"}),
-			wantErr: []error{ErrNotFound},
-		},
-		{
-			name:    "other lease id",
-			cmd:     constant(RenewLease{Header: Header{Now: t0}, Caller: memberCaller, Port: 31450, LeaseID: "lease-stale"}),
-			wantErr: []error{ErrLeaseMismatch},
-		},
-		{
-			name:    "other owner",
-			cmd:     constant(RenewLease{Header: Header{Now: t0}, Caller: otherCaller, Port: 31450, LeaseID: "lease-base"}),
-			wantErr: []error{ErrForbidden},
-		},
-		{
-			name:    "admin gets no bypass",
-			cmd:     constant(RenewLease{Header: Header{Now: t0}, Caller: adminCaller, Port: 31450, LeaseID: "lease-base"}),
-			wantErr: []error{ErrForbidden},
-		},
-		{
-			name:    "same owner under another machine",
-			cmd:     constant(RenewLease{Header: Header{Now: t0}, Caller: Caller{Owner: memberCaller.Owner, Machine: "studio"}, Port: 31450, LeaseID: "lease-base"}),
-			wantErr: []error{ErrForbidden},
-		},
+		refused("no lease", nil, renewCmd(t0, memberCaller, 31460, "lease-base"), ErrNotFound),
+		refused("expired lease", shortLease, renewCmd(t0+1000, memberCaller, 31451, "lease-1"), ErrNotFound),
+		refused("other lease id", nil, renewCmd(t0, memberCaller, 31450, "lease-stale"), ErrLeaseMismatch),
+		refused("other owner", nil, renewCmd(t0, otherCaller, 31450, "lease-base"), ErrForbidden),
+		refused("admin gets no bypass", nil, renewCmd(t0, adminCaller, 31450, "lease-base"), ErrForbidden),
+		refused("same owner under another machine", nil, renewCmd(t0, Caller{Owner: memberCaller.Owner, Machine: "studio"}, 31450, "lease-base"), ErrForbidden),
 	}
 	runApplyCases(t, cases)
 }
@@ -338,57 +308,46 @@ func TestFSM_ApplyReleaseLease(t *testing.T) {
 	cases := []applyCase{
 		{
 			name:  "owner releases",
-			cmd:   constant(ReleaseLease{Header: Header{Now: t0}, Caller: memberCaller, Port: 31450, LeaseID: "lease-base"}),
+			cmd:   constant(releaseCmd(t0, memberCaller, 31450, "lease-base")),
 			check: released,
 		},
 		{
 			name:  "admin releases another owner's lease",
-			cmd:   constant(ReleaseLease{Header: Header{Now: t0}, Caller: adminCaller, Port: 31450, LeaseID: "lease-base"}),
+			cmd:   constant(releaseCmd(t0, adminCaller, 31450, "lease-base")),
 			check: released,
 		},
-		{
-			name:    "no lease",
-			cmd:     constant(ReleaseLease{Header: Header{Now: t0}, Caller: memberCaller, Port: 31499, LeaseID: "lease-base"}),
-			wantErr: []error{ErrNotFound},
-		},
-		{
-			name: "expired lease",
-			setup: func(h *harness) {
-				c := acquireCmd(t0, memberCaller, "lease-1")
-				c.TTLMs = 1000
-				h.mustApply(c)
-			},
-			cmd:     constant(ReleaseLease{Header: Header{Now: t0 + 2000}, Caller: memberCaller, Port: 31451, LeaseID: "lease-1"}),
-			wantErr: []error{ErrNotFound},
-		},
-		{
-			name:    "owner with another lease id",
-			cmd:     constant(ReleaseLease{Header: Header{Now: t0}, Caller: memberCaller, Port: 31450, LeaseID: "lease-stale"}),
-			wantErr: []error{ErrLeaseMismatch},
-		},
-		{
-			name:    "admin with another lease id",
-			cmd:     constant(ReleaseLease{Header: Header{Now: t0}, Caller: adminCaller, Port: 31450, LeaseID: "lease-stale"}),
-			wantErr: []error{ErrLeaseMismatch},
-		},
-		{
-			name:    "other owner",
-			cmd:     constant(ReleaseLease{Header: Header{Now: t0}, Caller: otherCaller, Port: 31450, LeaseID: "lease-base"}),
-			wantErr: []error{ErrForbidden},
-		},
-		{
-			// The port was re-granted to someone else: the stale holder gets 403,
-			// which the TypeScript client's release tolerates, not 409.
-			name:    "other owner with a stale lease id",
-			cmd:     constant(ReleaseLease{Header: Header{Now: t0}, Caller: otherCaller, Port: 31450, LeaseID: "lease-stale"}),
-			wantErr: []error{ErrForbidden},
-		},
-		{
-			name:    "machine token of another machine",
-			setup:   func(h *harness) { h.mustApply(acquireCmd(t0, mbpCaller, "lease-1")) },
-			cmd:     constant(ReleaseLease{Header: Header{Now: t0}, Caller: Caller{Owner: mbpCaller.Owner, Machine: "studio"}, Port: 31451, LeaseID: "lease-1"}),
-			wantErr: []error{ErrForbidden},
-		},
+		refused("no lease", nil, releaseCmd(t0, memberCaller, 31499, "lease-base"), ErrNotFound),
+		refused("expired lease", shortLease, releaseCmd(t0+2000, memberCaller, 31451, "lease-1"), ErrNotFound),
+		refused("owner with another lease id", nil, releaseCmd(t0, memberCaller, 31450, "lease-stale"), ErrLeaseMismatch),
+		refused("admin with another lease id", nil, releaseCmd(t0, adminCaller, 31450, "lease-stale"), ErrLeaseMismatch),
+		refused("other owner", nil, releaseCmd(t0, otherCaller, 31450, "lease-base"), ErrForbidden),
+		// The port was re-granted to someone else: the stale holder gets 403,
+		// which the TypeScript client's release tolerates, not 409.
+		refused("other owner with a stale lease id", nil, releaseCmd(t0, otherCaller, 31450, "lease-stale"), ErrForbidden),
+		refused("machine token of another machine", mbpLease, releaseCmd(t0, Caller{Owner: mbpCaller.Owner, Machine: "studio"}, 31451, "lease-1"), ErrForbidden),
 	}
 	runApplyCases(t, cases)
 }
+
+// refused is the case of cmd, applied after setup (nil: none), refused with want.
+func refused(name string, setup func(*harness), cmd Command, want error) applyCase {
+	return applyCase{name: name, setup: setup, cmd: constant(cmd), wantErr: []error{want}}
+}
+
+func renewCmd(now int64, caller Caller, port int, leaseID string) RenewLease {
+	return RenewLease{Header: Header{Now: now}, Caller: caller, Port: port, LeaseID: leaseID}
+}
+
+func releaseCmd(now int64, caller Caller, port int, leaseID string) ReleaseLease {
+	return ReleaseLease{Header: Header{Now: now}, Caller: caller, Port: port, LeaseID: leaseID}
+}
+
+// shortLease grants lease-1 on port 31451 for 1 s from t0.
+func shortLease(h *harness) {
+	c := acquireCmd(t0, memberCaller, "lease-1")
+	c.TTLMs = 1000
+	h.mustApply(c)
+}
+
+// mbpLease grants the mbp machine token lease-1 on port 31451.
+func mbpLease(h *harness) { h.mustApply(acquireCmd(t0, mbpCaller, "lease-1")) }

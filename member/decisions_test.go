@@ -167,10 +167,7 @@ func TestHeartbeat_Decisions(t *testing.T) {
 // succeeds at the same instant — no backoff, no missed period.
 func TestHeartbeat_FailoverCostsOneRetry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := newFakeNet()
-		n.setPrimary(hostA, primaryOf(hostA, "a", 1))
-		n.setPrimary(hostB, primaryOf(hostA, "a", 1))
-		c := fakeClient(t, n, tokenA, hostA, hostB)
+		n, c := twoHostsPrimaryA(t)
 		hb, err := StartHeartbeat(t.Context(), testHeartbeatConfig(c, DefaultHeartbeatInterval))
 		if err != nil {
 			t.Fatalf("StartHeartbeat() error = %v", err)
@@ -218,6 +215,32 @@ func (r *leaseRecorder) onError(error) {
 
 func testLeaseConfig(c *Client, rec *leaseRecorder) PortLeaseConfig {
 	return PortLeaseConfig{Client: c, OnLeaseLost: rec.onLost, OnError: rec.onError}
+}
+
+// startLease starts the lease of port under leaseID through c with
+// testLeaseConfig, changed by tweak (nil: as it is), recording into a new
+// leaseRecorder from n's start; it fails the test if the lease does not start.
+func startLease(t *testing.T, ctx context.Context, n *fakeNet, c *Client, port int, leaseID string, tweak func(*PortLeaseConfig)) (*PortLeaseKeeper, *leaseRecorder) {
+	t.Helper()
+	rec := &leaseRecorder{start: n.start}
+	cfg := testLeaseConfig(c, rec)
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	k, err := StartPortLease(ctx, port, leaseID, cfg)
+	if err != nil {
+		t.Fatalf("StartPortLease() error = %v", err)
+	}
+	return k, rec
+}
+
+// twoHostsPrimaryA is a fake net of hosts a and b that both name a the
+// primary (generation 1), and a client of both.
+func twoHostsPrimaryA(t *testing.T) (*fakeNet, *Client) {
+	n := newFakeNet()
+	n.setPrimary(hostA, primaryOf(hostA, "a", 1))
+	n.setPrimary(hostB, primaryOf(hostA, "a", 1))
+	return n, fakeClient(t, n, tokenA, hostA, hostB)
 }
 
 func TestPortLease_Decisions(t *testing.T) {
@@ -301,11 +324,7 @@ func TestPortLease_Decisions(t *testing.T) {
 					n.setDefault(hostA+" renew", *tt.fallback)
 				}
 				c := fakeClient(t, n, tokenA, hostA)
-				rec := &leaseRecorder{start: n.start}
-				k, err := StartPortLease(t.Context(), 31450, "lease-1", testLeaseConfig(c, rec))
-				if err != nil {
-					t.Fatalf("StartPortLease() error = %v", err)
-				}
+				k, rec := startLease(t, t.Context(), n, c, 31450, "lease-1", nil)
 				time.Sleep(tt.until)
 				synctest.Wait()
 				rec.mu.Lock()
@@ -363,15 +382,8 @@ func TestPortLease_Decisions(t *testing.T) {
 // at the same instant the old one refuses; the lease id is unchanged.
 func TestPortLease_FailoverCostsOneRetry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := newFakeNet()
-		n.setPrimary(hostA, primaryOf(hostA, "a", 1))
-		n.setPrimary(hostB, primaryOf(hostA, "a", 1))
-		c := fakeClient(t, n, tokenA, hostA, hostB)
-		rec := &leaseRecorder{start: n.start}
-		k, err := StartPortLease(t.Context(), 31460, "lease-7", testLeaseConfig(c, rec))
-		if err != nil {
-			t.Fatalf("StartPortLease() error = %v", err)
-		}
+		n, c := twoHostsPrimaryA(t)
+		k, rec := startLease(t, t.Context(), n, c, 31460, "lease-7", nil)
 		time.Sleep(40 * time.Second)
 		for _, kind := range []string{"primary", "renew", "release"} {
 			n.setDefault(hostA+" "+kind, refused)
@@ -447,10 +459,7 @@ func TestPortLease_FirstRenewal(t *testing.T) {
 // watcher (the tables above) the schedule is member.ts's.
 func TestFailover_NewClaimEndsBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := newFakeNet()
-		n.setPrimary(hostA, primaryOf(hostA, "a", 1))
-		n.setPrimary(hostB, primaryOf(hostA, "a", 1))
-		c := fakeClient(t, n, tokenA, hostA, hostB)
+		n, c := twoHostsPrimaryA(t)
 		ctx, cancel := context.WithCancel(t.Context())
 		followed := make(chan struct{})
 		go func() { defer close(followed); c.FollowPrimary(ctx) }()
@@ -458,11 +467,7 @@ func TestFailover_NewClaimEndsBackoff(t *testing.T) {
 		if err != nil {
 			t.Fatalf("StartHeartbeat() error = %v", err)
 		}
-		rec := &leaseRecorder{start: n.start}
-		k, err := StartPortLease(ctx, 31450, "lease-1", testLeaseConfig(c, rec))
-		if err != nil {
-			t.Fatalf("StartPortLease() error = %v", err)
-		}
+		k, rec := startLease(t, ctx, n, c, 31450, "lease-1", nil)
 		time.Sleep(20 * time.Second)
 		// a dies; b has not won its election yet (it knows no primary).
 		for _, kind := range []string{"primary", "heartbeat", "renew", "release"} {

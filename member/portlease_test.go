@@ -83,13 +83,9 @@ func TestPortLease_SuccessAfterDeadlineIsLost(t *testing.T) {
 		}
 		n.mu.Unlock()
 		c := fakeClient(t, n, tokenA, hostA)
-		rec := &leaseRecorder{start: n.start}
-		cfg := testLeaseConfig(c, rec)
-		cfg.Clock = clock
-		k, err := StartPortLease(t.Context(), 31450, "lease-1", cfg)
-		if err != nil {
-			t.Fatalf("StartPortLease() error = %v", err)
-		}
+		k, rec := startLease(t, t.Context(), n, c, 31450, "lease-1", func(cfg *PortLeaseConfig) {
+			cfg.Clock = clock
+		})
 		time.Sleep(2 * time.Minute)
 		synctest.Wait()
 		if len(rec.lost) != 1 || !errors.Is(rec.lost[0], ErrLeaseDeadline) {
@@ -110,11 +106,7 @@ func TestPortLease_StopWaitsForRenewal(t *testing.T) {
 		n.setPrimary(hostA, primaryOf(hostA, "a", 1))
 		n.script(hostA+" renew", status(200), hang)
 		c := fakeClient(t, n, tokenA, hostA)
-		rec := &leaseRecorder{start: n.start}
-		k, err := StartPortLease(t.Context(), 31450, "lease-1", testLeaseConfig(c, rec))
-		if err != nil {
-			t.Fatalf("StartPortLease() error = %v", err)
-		}
+		k, rec := startLease(t, t.Context(), n, c, 31450, "lease-1", nil)
 		time.Sleep(30*time.Second + 500*time.Millisecond) // a renewal is in flight since 30 s
 		if err := k.Stop(t.Context()); err != nil {
 			t.Fatalf("Stop() error = %v", err)
@@ -153,12 +145,8 @@ func TestPortLease_StopRelease(t *testing.T) {
 				n.setPrimary(hostA, primaryOf(hostA, "a", 1))
 				n.setDefault(hostA+" release", tt.answer)
 				c := fakeClient(t, n, tokenA, hostA)
-				rec := &leaseRecorder{start: n.start}
-				k, err := StartPortLease(t.Context(), 31450, "lease-1", testLeaseConfig(c, rec))
-				if err != nil {
-					t.Fatalf("StartPortLease() error = %v", err)
-				}
-				err = k.Stop(t.Context())
+				k, _ := startLease(t, t.Context(), n, c, 31450, "lease-1", nil)
+				err := k.Stop(t.Context())
 				if (err != nil) != tt.wantErr {
 					t.Errorf("Stop() error = %v, wantErr %v", err, tt.wantErr)
 				}
@@ -217,13 +205,9 @@ func TestPortLease_ShortTTL(t *testing.T) {
 		n.script(hostA+" renew", status(200))
 		n.setDefault(hostA+" renew", status(500))
 		c := fakeClient(t, n, tokenA, hostA)
-		rec := &leaseRecorder{start: n.start}
-		cfg := testLeaseConfig(c, rec)
-		cfg.TTL, cfg.Interval, cfg.Retry = 3*time.Second, 500*time.Millisecond, 500*time.Millisecond
-		k, err := StartPortLease(t.Context(), 31450, "lease-1", cfg)
-		if err != nil {
-			t.Fatalf("StartPortLease() error = %v", err)
-		}
+		k, rec := startLease(t, t.Context(), n, c, 31450, "lease-1", func(cfg *PortLeaseConfig) {
+			cfg.TTL, cfg.Interval, cfg.Retry = 3*time.Second, 500*time.Millisecond, 500*time.Millisecond
+		})
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
 		if got, want := rec.lostAt, secs(2); !slices.Equal(got, want) {
@@ -246,13 +230,9 @@ func TestPortLease_RetryBoundedByDeadline(t *testing.T) {
 		n.setPrimary(hostA, primaryOf(hostA, "a", 1))
 		n.script(hostA+" renew", status(200), status(500), status(200))
 		c := fakeClient(t, n, tokenA, hostA)
-		rec := &leaseRecorder{start: n.start}
-		cfg := testLeaseConfig(c, rec)
-		cfg.Interval, cfg.Retry = 580*time.Second, 100*time.Second
-		k, err := StartPortLease(t.Context(), 31450, "lease-1", cfg)
-		if err != nil {
-			t.Fatalf("StartPortLease() error = %v", err)
-		}
+		k, rec := startLease(t, t.Context(), n, c, 31450, "lease-1", func(cfg *PortLeaseConfig) {
+			cfg.Interval, cfg.Retry = 580*time.Second, 100*time.Second
+		})
 		time.Sleep(800 * time.Second)
 		synctest.Wait()
 		if got, want := n.times("renew"), secs(0, 580); !slices.Equal(got, want) {

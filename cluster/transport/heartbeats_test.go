@@ -9,11 +9,11 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// Regression for the fault suite's clock-skew scenario (hashicorp/raft#695):
-// a heartbeat with a newer term, handled on the transport's fast path, could
+// A heartbeat with a newer term, handled on the transport's fast path, can
 // bump the term under a leader mid-dispatch and make two replicas hold
-// different entries with the same (index, term). Heartbeats must reach the
-// raft main loop through Consumer(), never the fast-path handler.
+// different entries with the same (index, term) (hashicorp/raft#695), as a
+// skewed clock's early election does. Heartbeats must reach the raft main
+// loop through Consumer(), never the fast-path handler.
 func TestSafeTransport_ClockSkewHeartbeatsOnMainThread(t *testing.T) {
 	recvRaw, err := raft.NewTCPTransport("127.0.0.1:0", nil, 2, time.Second, io.Discard)
 	if err != nil {

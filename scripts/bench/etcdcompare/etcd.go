@@ -15,6 +15,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/elanous/elanous-node/internal/testcluster"
 )
 
 // etcd36Version is the etcd server module built for the 3.6 column.
@@ -151,11 +153,9 @@ type etcdSystem struct {
 }
 
 type etcdMember struct {
-	name, dataDir, logPath string
-	args                   []string
-	clientURL              string
-	p                      *proc
-	restarts               int
+	server
+	args      []string
+	clientURL string
 }
 
 func newEtcdSystem(name, bin, dir string, p *procs) (*etcdSystem, error) {
@@ -169,16 +169,10 @@ func newEtcdSystem(name, bin, dir string, p *procs) (*etcdSystem, error) {
 func (s *etcdSystem) Name() string    { return s.name }
 func (s *etcdSystem) Version() string { return s.version }
 
-func (s *etcdSystem) Logs() []string {
-	var out []string
-	for _, m := range s.members {
-		out = append(out, m.logPath)
-	}
-	return out
-}
+func (s *etcdSystem) Logs() []string { return logPaths(s.members) }
 
 func (s *etcdSystem) Start(ctx context.Context) error {
-	ports, err := freePorts(6)
+	ports, err := testcluster.FreePorts(6)
 	if err != nil {
 		return err
 	}
@@ -190,7 +184,7 @@ func (s *etcdSystem) Start(ctx context.Context) error {
 	}
 	var endpoints []string
 	for i := range 3 {
-		m := &etcdMember{name: fmt.Sprintf("m%d", i), clientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[i])}
+		m := &etcdMember{server: server{name: fmt.Sprintf("m%d", i)}, clientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[i])}
 		mdir := filepath.Join(s.dir, m.name)
 		if err := os.MkdirAll(mdir, 0o700); err != nil {
 			return err
@@ -235,12 +229,7 @@ func etcdEnv() []string {
 
 func (s *etcdSystem) startMember(i int) error {
 	m := s.members[i]
-	p, err := s.procs.start(s.bin, m.args, etcdEnv(), m.logPath)
-	if err != nil {
-		return err
-	}
-	m.p = p
-	return nil
+	return m.start(s.procs, s.bin, m.args, etcdEnv())
 }
 
 func newEtcdClient(endpoints []string) (*clientv3.Client, error) {
@@ -252,21 +241,17 @@ func (s *etcdSystem) Stop() {
 		s.admin.Close()
 		s.admin = nil
 	}
-	for _, m := range s.members {
-		if m.p != nil {
-			_ = m.p.kill()
-		}
-	}
+	killAll(s.members)
 }
 
 // WaitHealthy waits until every member answers Status naming one leader and
 // has applied within 100 entries of the others, then a Put succeeds.
 func (s *etcdSystem) WaitHealthy(ctx context.Context) error {
-	return poll(ctx, 60*time.Second, func(ctx context.Context) error {
+	return testcluster.WaitFor(ctx, "a healthy etcd cluster", 60*time.Second, pollEvery, func(ctx context.Context) error {
 		var leader uint64
 		var minApplied, maxApplied uint64
 		for i, m := range s.members {
-			if !m.p.alive() {
+			if m.p.Exited() {
 				return fmt.Errorf("%s exited", m.name)
 			}
 			sctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -295,28 +280,8 @@ func (s *etcdSystem) WaitHealthy(ctx context.Context) error {
 	})
 }
 
-// poll calls check until it returns nil or timeout passes; it then returns
-// check's last error.
-func poll(ctx context.Context, timeout time.Duration, check func(ctx context.Context) error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check(ctx)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not within %s: %w", timeout, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
+// pollEvery is how often the driver polls a condition (testcluster.WaitFor).
+const pollEvery = 50 * time.Millisecond
 
 func (s *etcdSystem) Leader(ctx context.Context) (int, error) {
 	for _, m := range s.members {
@@ -372,6 +337,19 @@ func (s *etcdSystem) clients(n, only int) ([]*clientv3.Client, error) {
 	return cs, nil
 }
 
+// revokeAndClose returns a cleanup that revokes each of *leases through the
+// client of the same index in cs (within a second each), then closes cs.
+func revokeAndClose(cs []*clientv3.Client, leases *[]clientv3.LeaseID) func() {
+	return func() {
+		for i, id := range *leases {
+			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, _ = cs[i].Revoke(rctx, id)
+			cancel()
+		}
+		closeAll(cs)
+	}
+}
+
 func closeAll(cs []*clientv3.Client) {
 	for _, c := range cs {
 		c.Close()
@@ -393,14 +371,7 @@ func (s *etcdSystem) Workers(ctx context.Context, row string, n int) ([]step, fu
 	}
 	var steps []step
 	var leases []clientv3.LeaseID
-	cleanup := func() {
-		for i, id := range leases {
-			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_, _ = cs[i].Revoke(rctx, id)
-			cancel()
-		}
-		closeAll(cs)
-	}
+	cleanup := revokeAndClose(cs, &leases)
 	for i, c := range cs {
 		var st step
 		switch row {
@@ -478,14 +449,7 @@ func (s *etcdSystem) openWorkers(ctx context.Context, c cadence, clients int) ([
 		return nil, nil, err
 	}
 	var leases []clientv3.LeaseID
-	cleanup := func() {
-		for i, id := range leases {
-			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_, _ = cs[i].Revoke(rctx, id)
-			cancel()
-		}
-		closeAll(cs)
-	}
+	cleanup := revokeAndClose(cs, &leases)
 	var workers []openStep
 	for _, cl := range cs {
 		g, err := grant(ctx, cl, seedTTLMs/1000)
@@ -578,7 +542,7 @@ func (s *etcdSystem) Writer(ctx context.Context, i int) (step, func(), error) {
 	}, func() { c.Close() }, nil
 }
 
-func (s *etcdSystem) Kill(i int) error { return s.members[i].p.kill() }
+func (s *etcdSystem) Kill(i int) error { return s.members[i].p.Kill() }
 
 func (s *etcdSystem) Restart(ctx context.Context, i int) error {
 	s.members[i].restarts++
@@ -586,13 +550,7 @@ func (s *etcdSystem) Restart(ctx context.Context, i int) error {
 }
 
 func (s *etcdSystem) Usage() []nodeUsage {
-	var out []nodeUsage
-	for _, m := range s.members {
-		out = append(out, nodeUsage{System: s.name, Node: m.name, PID: m.p.pid(), RSSBytes: rssBytes(m.p.pid()),
-			DBName: "member/snap/db", DBBytes: fileSize(filepath.Join(m.dataDir, "member", "snap", "db")),
-			DataBytes: dirSize(m.dataDir), Restarts: m.restarts})
-	}
-	return out
+	return usageOf(s.members, s.name, "member/snap/db", "member", "snap", "db")
 }
 
 // retry calls fn up to n times with a fresh request deadline each time,

@@ -42,6 +42,11 @@ type stats struct {
 	Dropped      int     `json:"dropped,omitempty"`
 	ServiceP50Ms float64 `json:"serviceP50Ms,omitempty"`
 	ServiceP99Ms float64 `json:"serviceP99Ms,omitempty"`
+	// CPUMsPerKOp is the CPU time the three members used during a
+	// throughput row (user + system, summed over them) per 1,000 successful
+	// operations: what an operation costs the servers, whatever the number
+	// of cores they share.
+	CPUMsPerKOp float64 `json:"cpuMsPerKOp,omitempty"`
 }
 
 // openSummary is summary for an open loop: the rate offered and achieved.
@@ -103,24 +108,42 @@ func runLoad(ctx context.Context, steps []step, d time.Duration, tick func(elaps
 	var ops, errs atomic.Int64
 	start := time.Now()
 	deadline := start.Add(d)
+	drive(len(steps), start, &ops, &errs, tick, func(i int) {
+		st, w := steps[i], &workers[i]
+		for ctx.Err() == nil && time.Now().Before(deadline) {
+			t0 := time.Now()
+			err := st(ctx)
+			lat := time.Since(t0)
+			if err != nil {
+				w.st.addError(err)
+				errs.Add(1)
+				continue
+			}
+			w.lat = append(w.lat, lat)
+			ops.Add(1)
+		}
+	})
+	elapsed := time.Since(start)
+	res := &stats{Seconds: elapsed.Seconds()}
+	var all []time.Duration
+	for i := range workers {
+		all = append(all, workers[i].lat...)
+		res.addErrors(&workers[i].st)
+	}
+	res.setLatencies(all, elapsed.Seconds())
+	return res
+}
+
+// drive runs work(i) for every i in [0, n), each in its own goroutine, and
+// returns once all have returned; meanwhile it calls tick about every second
+// with the time since start and the counts of ops and errs so far.
+func drive(n int, start time.Time, ops, errs *atomic.Int64, tick func(elapsed time.Duration, ops, errs int64), work func(i int)) {
 	var wg sync.WaitGroup
-	for i, st := range steps {
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := &workers[i]
-			for ctx.Err() == nil && time.Now().Before(deadline) {
-				t0 := time.Now()
-				err := st(ctx)
-				lat := time.Since(t0)
-				if err != nil {
-					w.st.addError(err)
-					errs.Add(1)
-					continue
-				}
-				w.lat = append(w.lat, lat)
-				ops.Add(1)
-			}
+			work(i)
 		}()
 	}
 	done := make(chan struct{})
@@ -135,28 +158,32 @@ func runLoad(ctx context.Context, steps []step, d time.Duration, tick func(elaps
 			tick(time.Since(start), ops.Load(), errs.Load())
 		}
 	}
-	elapsed := time.Since(start)
-	res := &stats{Seconds: elapsed.Seconds()}
-	var all []time.Duration
-	for i := range workers {
-		all = append(all, workers[i].lat...)
-		res.Errors += workers[i].st.Errors
-		for k, n := range workers[i].st.ErrorKinds {
-			if res.ErrorKinds == nil {
-				res.ErrorKinds = map[string]int{}
-			}
-			res.ErrorKinds[k] += n
+}
+
+// addErrors adds o's errors to s's.
+func (s *stats) addErrors(o *stats) {
+	s.Errors += o.Errors
+	for k, n := range o.ErrorKinds {
+		if s.ErrorKinds == nil {
+			s.ErrorKinds = map[string]int{}
 		}
+		s.ErrorKinds[k] += n
 	}
-	res.Ops = len(all)
-	if len(all) > 0 {
-		slices.Sort(all)
-		res.OpsPerSec = float64(len(all)) / elapsed.Seconds()
-		res.P50Ms = ms(quantile(all, 0.50))
-		res.P99Ms = ms(quantile(all, 0.99))
-		res.MaxMs = ms(all[len(all)-1])
+}
+
+// setLatencies sets Ops to the number of successes lat (which it sorts)
+// holds and, when there are any, OpsPerSec over seconds and the latency
+// quantiles.
+func (s *stats) setLatencies(lat []time.Duration, seconds float64) {
+	s.Ops = len(lat)
+	if len(lat) == 0 {
+		return
 	}
-	return res
+	slices.Sort(lat)
+	s.OpsPerSec = float64(len(lat)) / seconds
+	s.P50Ms = ms(quantile(lat, 0.50))
+	s.P99Ms = ms(quantile(lat, 0.99))
+	s.MaxMs = ms(lat[len(lat)-1])
 }
 
 // quantile returns the q-quantile of sorted (nearest rank).

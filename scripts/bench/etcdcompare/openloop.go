@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -63,56 +62,39 @@ func runOpenLoop(ctx context.Context, workers []openStep, rate float64, d time.D
 	}
 	ws := make([]worker, len(workers))
 	var next, ops, errs, sent atomic.Int64
-	var wg sync.WaitGroup
-	for i, step := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w := &ws[i]
-			for ctx.Err() == nil {
-				k := int(next.Add(1) - 1)
-				if k >= total {
-					return
-				}
-				due := sch.due(k)
-				if wait := time.Until(due); wait > 0 {
-					select {
-					case <-ctx.Done():
-						return
-					case <-time.After(wait):
-					}
-				}
-				t0 := time.Now()
-				if t0.After(cutoff) {
-					return
-				}
-				sent.Add(1)
-				err := step(ctx, k)
-				t1 := time.Now()
-				w.last = t1
-				if err != nil {
-					w.st.addError(err)
-					errs.Add(1)
-					continue
-				}
-				w.lat = append(w.lat, t1.Sub(due))
-				w.svc = append(w.svc, t1.Sub(t0))
-				ops.Add(1)
+	drive(len(workers), sch.start, &ops, &errs, tick, func(i int) {
+		step, w := workers[i], &ws[i]
+		for ctx.Err() == nil {
+			k := int(next.Add(1) - 1)
+			if k >= total {
+				return
 			}
-		}()
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for running := true; running; {
-		select {
-		case <-done:
-			running = false
-		case <-t.C:
-			tick(time.Since(sch.start), ops.Load(), errs.Load())
+			due := sch.due(k)
+			if wait := time.Until(due); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+			}
+			t0 := time.Now()
+			if t0.After(cutoff) {
+				return
+			}
+			sent.Add(1)
+			err := step(ctx, k)
+			t1 := time.Now()
+			w.last = t1
+			if err != nil {
+				w.st.addError(err)
+				errs.Add(1)
+				continue
+			}
+			w.lat = append(w.lat, t1.Sub(due))
+			w.svc = append(w.svc, t1.Sub(t0))
+			ops.Add(1)
 		}
-	}
+	})
 	res := &stats{TargetPerSec: rate, Issued: total, Sent: int(sent.Load())}
 	res.Dropped = total - res.Sent
 	var lat, svc []time.Duration
@@ -120,26 +102,15 @@ func runOpenLoop(ctx context.Context, workers []openStep, rate float64, d time.D
 	for i := range ws {
 		lat = append(lat, ws[i].lat...)
 		svc = append(svc, ws[i].svc...)
-		res.Errors += ws[i].st.Errors
-		for k, n := range ws[i].st.ErrorKinds {
-			if res.ErrorKinds == nil {
-				res.ErrorKinds = map[string]int{}
-			}
-			res.ErrorKinds[k] += n
-		}
+		res.addErrors(&ws[i].st)
 		if ws[i].last.After(last) {
 			last = ws[i].last
 		}
 	}
 	res.Seconds = max(last.Sub(sch.start), d).Seconds()
-	res.Ops = len(lat)
-	if len(lat) > 0 {
-		slices.Sort(lat)
+	res.setLatencies(lat, res.Seconds)
+	if len(svc) > 0 {
 		slices.Sort(svc)
-		res.OpsPerSec = float64(len(lat)) / res.Seconds
-		res.P50Ms = ms(quantile(lat, 0.50))
-		res.P99Ms = ms(quantile(lat, 0.99))
-		res.MaxMs = ms(lat[len(lat)-1])
 		res.ServiceP50Ms = ms(quantile(svc, 0.50))
 		res.ServiceP99Ms = ms(quantile(svc, 0.99))
 	}
