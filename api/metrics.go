@@ -13,10 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
-// metrics are the API's Prometheus figures plus the node's: its raft view
-// (term, indexes, leadership), the replicated state's counts, its proposal
-// histogram and lateness figures (cluster.Node.Collector) and raft's own
-// metrics (cluster.RaftMetrics). No figure uses a sentinel value: one that
+// metrics are the API's Prometheus figures plus the node's, which the API
+// only registers: its raft view (term, indexes, leadership), the replicated
+// state's counts, its proposal histogram and lateness figures, all of one
+// collector (cluster.Node.Collector), and raft's own metrics
+// (cluster.RaftMetrics). No figure uses a sentinel value: one that
 // does not apply is absent.
 type metrics struct {
 	requests *prometheus.CounterVec
@@ -54,36 +55,8 @@ func newMetrics(reg *prometheus.Registry, node *cluster.Node) *metrics {
 	if node == nil {
 		return m
 	}
-	gauge := func(name, help string, f func() float64) {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
-	}
-	counter := func(name, help string, f func() float64) {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
-	}
-	r := node.Raft()
-	gauge("elanous_raft_term", "Current Raft term.", func() float64 { return float64(r.CurrentTerm()) })
-	gauge("elanous_raft_commit_index", "Raft commit index.", func() float64 { return float64(r.CommitIndex()) })
-	gauge("elanous_raft_applied_index", "Index of the last command the state machine applied.", func() float64 { return float64(node.FSM().AppliedIndex()) })
-	gauge("elanous_raft_last_index", "Last index in the Raft log.", func() float64 { return float64(r.LastIndex()) })
-	gauge("elanous_raft_leader", "1 when this node is the Raft leader.", func() float64 { return b2f(node.IsLeader()) })
-	gauge("elanous_ready", "1 when this node serves (leader known, its claim applied here).", func() float64 { return b2f(node.Ready()) })
-	gauge("elanous_generation", "Generation (leader term) of the applied primary claim.", func() float64 { return float64(node.FSM().Primary().Generation) })
-	gauge("elanous_resources", "Registered resources.", func() float64 { return float64(node.FSM().Counts().Resources) })
-	gauge("elanous_port_leases", "Port leases held.", func() float64 { return float64(node.FSM().Counts().Leases) })
-	gauge("elanous_member_tokens", "Machine tokens issued.", func() float64 { return float64(node.FSM().Counts().Tokens) })
-	counter("elanous_raft_leader_changes_total", "Leadership changes this node observed.", func() float64 {
-		o, _ := node.LeaderChanges()
-		return float64(o)
-	})
 	reg.MustRegister(node.Collector(), cluster.RaftMetrics())
 	return m
-}
-
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // middleware records every request's route, status and latency, and writes

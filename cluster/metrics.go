@@ -45,7 +45,22 @@ func (n *Node) observeApply(d time.Duration, err error) {
 }
 
 var (
-	descLastContact = prometheus.NewDesc("elanous_raft_last_contact_seconds",
+	descTerm         = prometheus.NewDesc("elanous_raft_term", "Current Raft term.", nil, nil)
+	descCommitIndex  = prometheus.NewDesc("elanous_raft_commit_index", "Raft commit index.", nil, nil)
+	descAppliedIndex = prometheus.NewDesc("elanous_raft_applied_index",
+		"Index of the last command the state machine applied.", nil, nil)
+	descLastIndex     = prometheus.NewDesc("elanous_raft_last_index", "Last index in the Raft log.", nil, nil)
+	descLeader        = prometheus.NewDesc("elanous_raft_leader", "1 when this node is the Raft leader.", nil, nil)
+	descLeaderChanges = prometheus.NewDesc("elanous_raft_leader_changes_total",
+		"Leadership changes this node observed.", nil, nil)
+	descReady = prometheus.NewDesc("elanous_ready",
+		"1 when this node serves (leader known, its claim applied here).", nil, nil)
+	descGeneration = prometheus.NewDesc("elanous_generation",
+		"Generation (leader term) of the applied primary claim.", nil, nil)
+	descResources    = prometheus.NewDesc("elanous_resources", "Registered resources.", nil, nil)
+	descPortLeases   = prometheus.NewDesc("elanous_port_leases", "Port leases held.", nil, nil)
+	descMemberTokens = prometheus.NewDesc("elanous_member_tokens", "Machine tokens issued.", nil, nil)
+	descLastContact  = prometheus.NewDesc("elanous_raft_last_contact_seconds",
 		"Seconds since this follower last heard from a leader; absent on the leader and on a node that never heard from one.", nil, nil)
 	descSweepOverdue = prometheus.NewDesc("elanous_sweep_overdue_seconds",
 		"On the leader once its claim is applied: how long the earliest TTL is past due and not yet swept (0 when none is); absent elsewhere.", nil, nil)
@@ -68,7 +83,12 @@ var (
 		[]string{"via"}, nil)
 )
 
-// Collector returns the node's own Prometheus figures:
+// Collector returns the node's own Prometheus figures, the one collector of
+// its raft view and replicated state: elanous_raft_term,
+// elanous_raft_commit_index, elanous_raft_applied_index,
+// elanous_raft_last_index, elanous_raft_leader,
+// elanous_raft_leader_changes_total, elanous_ready, elanous_generation,
+// elanous_resources, elanous_port_leases, elanous_member_tokens,
 // elanous_propose_duration_seconds (histogram), elanous_propose_failures_total,
 // elanous_raft_last_contact_seconds, elanous_sweep_overdue_seconds,
 // elanous_raft_voters, elanous_raft_voter, elanous_renewals_total,
@@ -87,6 +107,10 @@ type nodeCollector struct{ n *Node }
 
 // Describe sends every descriptor the collector may use.
 func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descTerm, descCommitIndex, descAppliedIndex, descLastIndex, descLeader,
+		descLeaderChanges, descReady, descGeneration, descResources, descPortLeases, descMemberTokens} {
+		ch <- d
+	}
 	ch <- c.n.stats.duration.Desc()
 	ch <- c.n.stats.failures.Desc()
 	ch <- descLastContact
@@ -103,6 +127,20 @@ func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect sends the figures that apply now.
 func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	n := c.n
+	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
+	gauge(descTerm, float64(n.raft.CurrentTerm()))
+	gauge(descCommitIndex, float64(n.raft.CommitIndex()))
+	gauge(descAppliedIndex, float64(n.fsm.AppliedIndex()))
+	gauge(descLastIndex, float64(n.raft.LastIndex()))
+	gauge(descLeader, b2f(n.IsLeader()))
+	observed, _ := n.LeaderChanges()
+	ch <- prometheus.MustNewConstMetric(descLeaderChanges, prometheus.CounterValue, float64(observed))
+	gauge(descReady, b2f(n.Ready()))
+	gauge(descGeneration, float64(n.fsm.Primary().Generation))
+	counts := n.fsm.Counts()
+	gauge(descResources, float64(counts.Resources))
+	gauge(descPortLeases, float64(counts.Leases))
+	gauge(descMemberTokens, float64(counts.Tokens))
 	ch <- n.stats.duration
 	ch <- n.stats.failures
 	if !n.IsLeader() {
@@ -135,6 +173,13 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	direct, barriers := n.announce.counts()
 	ch <- prometheus.MustNewConstMetric(descAnnouncements, prometheus.CounterValue, float64(direct), "direct")
 	ch <- prometheus.MustNewConstMetric(descAnnouncements, prometheus.CounterValue, float64(barriers), "barrier")
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // sweepOverdue reports, on a leader whose claim is applied, how long the

@@ -55,10 +55,27 @@ func TestNode_Collector(t *testing.T) {
 	} else if v := mf.GetMetric()[0].GetGauge().GetValue(); v < 0 {
 		t.Errorf("leader elanous_sweep_overdue_seconds = %v, want >= 0", v)
 	}
-	for name, want := range map[string]float64{"elanous_raft_voters": 3, "elanous_raft_voter": 1} {
+	for name, want := range map[string]float64{
+		"elanous_raft_voters": 3, "elanous_raft_voter": 1, "elanous_raft_leader": 1, "elanous_ready": 1,
+		"elanous_port_leases": 1, "elanous_resources": 0, "elanous_member_tokens": 0,
+	} {
 		if got := lm[name].GetMetric()[0].GetGauge().GetValue(); got != want {
 			t.Errorf("leader %s = %v, want %v", name, got, want)
 		}
+	}
+	term := float64(leader.Raft().CurrentTerm())
+	for name, want := range map[string]float64{"elanous_raft_term": term, "elanous_generation": term} {
+		if got := lm[name].GetMetric()[0].GetGauge().GetValue(); got != want {
+			t.Errorf("leader %s = %v, want the term %v", name, got, want)
+		}
+	}
+	for _, name := range []string{"elanous_raft_commit_index", "elanous_raft_applied_index", "elanous_raft_last_index"} {
+		if got := lm[name].GetMetric()[0].GetGauge().GetValue(); got < 1 {
+			t.Errorf("leader %s = %v, want >= 1 after a write", name, got)
+		}
+	}
+	if mf := lm["elanous_raft_leader_changes_total"]; mf.GetType() != dto.MetricType_COUNTER || mf.GetMetric()[0].GetCounter().GetValue() < 1 {
+		t.Errorf("leader elanous_raft_leader_changes_total = %v, want a counter >= 1", mf)
 	}
 
 	fm := gather(t, follower.Collector())
@@ -69,6 +86,9 @@ func TestNode_Collector(t *testing.T) {
 	}
 	if _, ok := fm["elanous_sweep_overdue_seconds"]; ok {
 		t.Error("follower exports elanous_sweep_overdue_seconds, want it absent (only the leader sweeps)")
+	}
+	if got := fm["elanous_raft_leader"].GetMetric()[0].GetGauge().GetValue(); got != 0 {
+		t.Errorf("follower elanous_raft_leader = %v, want 0", got)
 	}
 	if got := fm["elanous_propose_duration_seconds"].GetMetric()[0].GetHistogram().GetSampleCount(); got != 0 {
 		t.Errorf("follower elanous_propose_duration_seconds count = %d, want 0", got)

@@ -39,7 +39,9 @@ type LimitsStatus struct {
 	Node *NodeLimits `json:"node,omitempty"`
 }
 
-// NodeLimits are one candidate's own abuse limits (its limits.* keys).
+// NodeLimits are one candidate's own abuse limits (its limits.* keys): what
+// the API enforces (api.Deps.Limits, converted from the configuration by
+// config.LimitsConfig.Node) and what it reports.
 type NodeLimits struct {
 	// WriteRate is writes per second per machine token and per remote
 	// address (0: no rate limit); WriteBurst the size of each bucket.

@@ -109,7 +109,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		var raftAddr string
 		if opts.TLS {
 			// cluster.New opens the TLS transport on a port free a moment ago.
-			raftAddr = freeAddr(t)
+			raftAddr = testutil.FreeAddrs(t, 1)[0]
 		} else {
 			tcp, err := raft.NewTCPTransport("127.0.0.1:0", nil, 3, 2*time.Second, nil)
 			if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/elanous/elanous-node/cluster"
 	"github.com/elanous/elanous-node/fsm"
+	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/elanous/elanous-node/wire"
 	"github.com/hashicorp/raft"
 )
@@ -22,7 +23,7 @@ func (c *Cluster) StartWaiting(machine string) (int, wire.AddPeerRequest) {
 	var raftAddr string
 	scheme := "http://"
 	if c.PKI != nil {
-		raftAddr, scheme = freeAddr(c.t), "https://" // cluster.New opens the TLS transport
+		raftAddr, scheme = testutil.FreeAddrs(c.t, 1)[0], "https://" // cluster.New opens the TLS transport
 	} else {
 		tcp, err := raft.NewTCPTransport("127.0.0.1:0", nil, 3, 2*time.Second, nil)
 		if err != nil {

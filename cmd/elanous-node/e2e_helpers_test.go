@@ -9,20 +9,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/elanous/elanous-node/internal/testcluster"
 	"github.com/elanous/elanous-node/internal/testutil"
 	"github.com/elanous/elanous-node/wire"
 )
@@ -41,29 +39,12 @@ var e2eBuild struct {
 	once sync.Once
 	dir  string
 	path string
-	race bool
 	err  error
-	out  []byte
-}
-
-// raceEnabled reports whether this test binary was built with -race; the
-// elanous-node binary the e2e tests run is then built with -race too, and its
-// output is checked for data races.
-func raceEnabled() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" && s.Value == "true" {
-			return true
-		}
-	}
-	return false
 }
 
 // e2eBinary returns the path of the elanous-node binary, building it on first
-// use with `go build -o` into a temporary directory TestMain removes. The
+// use (with -race when this test binary has it, so the nodes' output is
+// checked for data races) into a temporary directory TestMain removes. The
 // end-to-end tests are skipped under -short.
 func e2eBinary(t *testing.T) string {
 	t.Helper()
@@ -71,24 +52,15 @@ func e2eBinary(t *testing.T) string {
 		t.Skip("end-to-end test: runs real elanous-node processes; skipped with -short")
 	}
 	e2eBuild.once.Do(func() {
-		dir, err := os.MkdirTemp("", "elanous-e2e-bin-")
-		if err != nil {
-			e2eBuild.err = err
+		if e2eBuild.dir, e2eBuild.err = os.MkdirTemp("", "elanous-e2e-bin-"); e2eBuild.err != nil {
 			return
 		}
-		e2eBuild.dir = dir
-		e2eBuild.path = filepath.Join(dir, "elanous-node")
-		args := []string{"build", "-o", e2eBuild.path}
-		if raceEnabled() {
-			e2eBuild.race = true
-			args = append(args, "-race")
-		}
-		args = append(args, ".") // this package: cmd/elanous-node
-		cmd := exec.Command("go", args...)
-		e2eBuild.out, e2eBuild.err = cmd.CombinedOutput()
+		e2eBuild.path = filepath.Join(e2eBuild.dir, "elanous-node")
+		b := testcluster.Build{Dir: ".", Pkg: ".", Out: e2eBuild.path, Race: testcluster.RaceEnabled()}
+		e2eBuild.err = b.Run(context.Background())
 	})
 	if e2eBuild.err != nil {
-		t.Fatalf("go build elanous-node: %v\n%s", e2eBuild.err, e2eBuild.out)
+		t.Fatalf("build elanous-node: %v", e2eBuild.err)
 	}
 	return e2eBuild.path
 }
@@ -110,14 +82,14 @@ func childEnv(extra ...string) []string {
 	return append(env, extra...)
 }
 
-// proc is one elanous-node process started by a test.
+// proc is one process started by a test (testcluster.Proc) and where its
+// output is; a proc with a nil Proc only names a past run's output (for
+// checkLogs).
 type proc struct {
+	*testcluster.Proc
 	name   string
-	cmd    *exec.Cmd
 	stdout string // path of the captured stdout
 	stderr string // path of the captured stderr
-	done   chan struct{}
-	err    error // Wait's result; read only after done is closed
 }
 
 // startProc starts the binary with args, its output captured in files under
@@ -131,35 +103,12 @@ func startProc(t *testing.T, dir, name string, env []string, args ...string) *pr
 // startProcBin is startProc with another binary (an earlier release's).
 func startProcBin(t *testing.T, bin, dir, name string, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{
-		name:   name,
-		stdout: filepath.Join(dir, name+".stdout"),
-		stderr: filepath.Join(dir, name+".stderr"),
-		done:   make(chan struct{}),
-	}
-	outF, err := os.Create(p.stdout)
+	p := &proc{name: name, stdout: filepath.Join(dir, name+".stdout"), stderr: filepath.Join(dir, name+".stderr")}
+	var err error
+	p.Proc, err = testcluster.Start(testcluster.Spec{Name: name, Path: bin, Args: args, Env: env, Stdout: p.stdout, Stderr: p.stderr})
 	if err != nil {
 		t.Fatal(err)
 	}
-	errF, err := os.Create(p.stderr)
-	if err != nil {
-		outF.Close()
-		t.Fatal(err)
-	}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = env
-	p.cmd.Stdout, p.cmd.Stderr = outF, errF
-	if err := p.cmd.Start(); err != nil {
-		outF.Close()
-		errF.Close()
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		outF.Close()
-		errF.Close()
-		close(p.done)
-	}()
 	t.Cleanup(func() {
 		p.stop(t, 10*time.Second)
 		if t.Failed() {
@@ -170,67 +119,44 @@ func startProcBin(t *testing.T, bin, dir, name string, env []string, args ...str
 }
 
 // exited reports whether the process has exited.
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
+func (p *proc) exited() bool { return p.Exited() }
 
 // signal sends sig to the process unless it has exited.
 func (p *proc) signal(t *testing.T, sig syscall.Signal) {
 	t.Helper()
-	if p.exited() {
-		return
-	}
-	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		t.Fatalf("signal %v to %s: %v", sig, p.name, err)
+	if err := p.Signal(sig); err != nil {
+		t.Fatal(err)
 	}
 }
 
 // kill sends SIGKILL and waits until the process is gone.
 func (p *proc) kill(t *testing.T) {
 	t.Helper()
-	p.signal(t, syscall.SIGKILL)
-	if _, err := p.wait(10 * time.Second); err != nil {
-		t.Fatalf("%s after SIGKILL: %v", p.name, err)
+	if err := p.Kill(); err != nil {
+		t.Fatalf("%s: %v", p.name, err)
 	}
 }
 
 // wait waits up to timeout for the process to exit and returns its exit code.
-func (p *proc) wait(timeout time.Duration) (int, error) {
-	select {
-	case <-p.done:
-		return p.cmd.ProcessState.ExitCode(), nil
-	case <-time.After(timeout):
-		return 0, fmt.Errorf("%s still running after %s", p.name, timeout)
-	}
-}
+func (p *proc) wait(timeout time.Duration) (int, error) { return p.Wait(timeout) }
 
 // stop sends SIGTERM and, if the process has not exited after timeout,
-// SIGKILL. A process that exits non-zero after SIGTERM fails the test.
+// SIGKILL. A process that needs SIGKILL or exits non-zero after SIGTERM
+// fails the test.
 func (p *proc) stop(t *testing.T, timeout time.Duration) {
 	if p.exited() {
 		return
 	}
 	start := time.Now()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	defer func() {
-		if d := time.Since(start); d > 500*time.Millisecond {
-			t.Logf("%s took %s to exit after SIGTERM", p.name, d.Round(time.Millisecond))
-		}
-	}()
-	code, err := p.wait(timeout)
-	if err != nil {
-		t.Errorf("%s did not exit within %s of SIGTERM; killing it", p.name, timeout)
-		_ = p.cmd.Process.Kill()
-		<-p.done
+	if err := p.Stop(timeout); err != nil {
+		t.Errorf("%v", err)
 		return
 	}
-	if code != 0 {
-		t.Errorf("%s exit code after SIGTERM = %d, want 0 (%v)", p.name, code, p.err)
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Logf("%s took %s to exit after SIGTERM", p.name, d.Round(time.Millisecond))
+	}
+	if code := p.ExitCode(); code != 0 {
+		t.Errorf("%s exit code after SIGTERM = %d, want 0 (%v)", p.name, code, p.Err())
 	}
 }
 
@@ -256,25 +182,13 @@ func (p *proc) dump(t *testing.T) {
 	t.Logf("==== %s stderr (%s) ====\n%s", p.name, p.stderr, tail(stderr))
 }
 
-// freePorts returns n distinct loopback ports that were free a moment ago.
-// Another process may take one before the caller binds it; the tests accept
-// that small race.
+// freePorts returns n distinct loopback ports that were free a moment ago
+// (testcluster.FreePorts; the tests accept its small race).
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("pick a free port: %v", err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	ports, err := testcluster.FreePorts(n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return ports
 }
@@ -357,26 +271,13 @@ func buildE2ECluster(t *testing.T, n int, withTLS bool) *e2eCluster {
 	}
 
 	// Tokens: init writes the first node's file; the others get a copy.
-	first := c.nodes[0]
-	initCmd := exec.Command(e2eBinary(t), "init", "--file", first.tokens)
-	initCmd.Env = childEnv()
-	if out, err := initCmd.CombinedOutput(); err != nil {
-		t.Fatalf("elanous-node init --file %s: %v\n%s", first.tokens, err, out)
+	var files []string
+	for _, nd := range c.nodes {
+		files = append(files, nd.tokens)
 	}
-	raw, err := os.ReadFile(first.tokens)
-	if err != nil {
+	var err error
+	if c.tokens, err = testcluster.InitTokens(context.Background(), e2eBinary(t), childEnv(), files...); err != nil {
 		t.Fatal(err)
-	}
-	if err := json.Unmarshal(raw, &c.tokens); err != nil {
-		t.Fatalf("tokens file written by init is not JSON: %v", err)
-	}
-	for _, nd := range c.nodes[1:] {
-		if err := os.MkdirAll(filepath.Dir(nd.tokens), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(nd.tokens, raw, 0o600); err != nil {
-			t.Fatal(err)
-		}
 	}
 
 	for _, nd := range c.nodes {
@@ -392,39 +293,24 @@ func buildE2ECluster(t *testing.T, n int, withTLS bool) *e2eCluster {
 // document before it is written.
 func (c *e2eCluster) writeConfig(nd *e2eNode, edit func(doc map[string]any)) {
 	c.t.Helper()
-	var cands []map[string]any
+	var cands []testcluster.Candidate
 	for _, o := range c.nodes {
-		cands = append(cands, map[string]any{"machine": o.id, "url": o.url, "raft": o.raft})
+		cands = append(cands, testcluster.Candidate{Machine: o.id, URL: o.url, Raft: o.raft})
 	}
-	host := strings.SplitN(nd.url, "://", 2)[1]
-	doc := map[string]any{
-		"node": map[string]any{"id": nd.id, "data_dir": nd.dataDir},
-		"http": map[string]any{"addr": host, "advertise": nd.url},
-		"raft": map[string]any{
-			"addr": nd.raft, "advertise": nd.raft,
-			"heartbeat_timeout":    e2eHeartbeat.String(),
-			"election_timeout":     e2eElection.String(),
-			"leader_lease_timeout": e2eLeaderLease.String(),
-		},
-		"cluster": map[string]any{"bootstrap": true, "candidates": cands},
-		"tokens":  map[string]any{"file": nd.tokens},
-		"log":     map[string]any{"level": "info"},
-		// Every test client writes from 127.0.0.1, faster than the default
-		// write rate limit allows one address.
-		"limits": map[string]any{"write_rate": 0},
-	}
+	nc := testcluster.NodeConfig{ID: nd.id, DataDir: nd.dataDir, URL: nd.url, Raft: nd.raft, Candidates: cands,
+		TokensFile: nd.tokens, Heartbeat: e2eHeartbeat, Election: e2eElection, LeaderLease: e2eLeaderLease}
 	if c.caFile != "" {
-		doc["tls"] = map[string]any{"ca_file": c.caFile, "cert_file": nd.cert, "key_file": nd.key}
+		nc.TLS = &testcluster.TLSFiles{CA: c.caFile, Cert: nd.cert, Key: nd.key}
 	}
+	doc := nc.Doc()
+	doc["log"] = map[string]any{"level": "info"}
+	// Every test client writes from 127.0.0.1, faster than the default
+	// write rate limit allows one address.
+	doc["limits"] = map[string]any{"write_rate": 0}
 	if edit != nil {
 		edit(doc)
 	}
-	// JSON is YAML: the file is a flow-style YAML document.
-	data, err := json.MarshalIndent(doc, "", "  ")
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if err := os.WriteFile(nd.config, data, 0o600); err != nil {
+	if err := testcluster.WriteConfig(nd.config, doc); err != nil {
 		c.t.Fatal(err)
 	}
 }
@@ -484,29 +370,22 @@ next:
 // minGeneration, and returns that holder and claim.
 func (c *e2eCluster) waitPrimary(skip *e2eNode, minGeneration uint64, timeout time.Duration) (*e2eNode, wire.Primary) {
 	c.t.Helper()
-	var agreed *wire.Primary
+	var agreed wire.Primary
 	testutil.Poll(c.t, fmt.Sprintf("an agreed known primary above generation %d", minGeneration), timeout, func() error {
-		nodes := c.running(skip)
-		if len(nodes) == 0 {
-			return errors.New("no node is running")
+		var urls []string
+		for _, nd := range c.running(skip) {
+			urls = append(urls, nd.url)
 		}
-		agreed = nil
-		for _, nd := range nodes {
-			p, err := getPrimary(nd.url)
-			switch {
-			case err != nil:
-				return fmt.Errorf("%s: %w", nd.id, err)
-			case !p.Known || p.Generation <= minGeneration:
-				return fmt.Errorf("%s: %+v", nd.id, p)
-			case agreed != nil && (agreed.Holder != p.Holder || agreed.Generation != p.Generation):
-				return fmt.Errorf("%s says %+v, another node %+v", nd.id, p, *agreed)
-			default:
-				agreed = &p
-			}
+		var err error
+		if agreed, err = testcluster.AgreedPrimary(context.Background(), e2eClient, urls); err != nil {
+			return err
+		}
+		if agreed.Generation <= minGeneration {
+			return fmt.Errorf("agreed on %+v", agreed)
 		}
 		return nil
 	})
-	return c.node(agreed.Holder), *agreed
+	return c.node(agreed.Holder), agreed
 }
 
 // checkLogs fails the test if any process's output shows a panic or, in a
@@ -545,28 +424,12 @@ func e2eCall(method, url, token string, body any) testutil.Call {
 
 // getPrimary fetches GET /v1/primary without a token, as members do.
 func getPrimary(base string) (wire.Primary, error) {
-	r, err := testutil.DoExpect(e2eCall(http.MethodGet, base+"/v1/primary", "", nil), http.StatusOK)
-	if err != nil {
-		return wire.Primary{}, err
-	}
-	var p wire.Primary
-	if err := json.Unmarshal(r.Body, &p); err != nil {
-		return wire.Primary{}, fmt.Errorf("decode /v1/primary %q: %w", r.Body, err)
-	}
-	return p, nil
+	return testcluster.Primary(context.Background(), e2eClient, base)
 }
 
 // getStatus fetches GET /v1/cluster/status with the query token.
 func (c *e2eCluster) getStatus(nd *e2eNode) (wire.ClusterStatus, error) {
-	r, err := testutil.DoExpect(e2eCall(http.MethodGet, nd.url+"/v1/cluster/status", c.tokens.Query, nil), http.StatusOK)
-	if err != nil {
-		return wire.ClusterStatus{}, err
-	}
-	var st wire.ClusterStatus
-	if err := json.Unmarshal(r.Body, &st); err != nil {
-		return wire.ClusterStatus{}, fmt.Errorf("decode /v1/cluster/status %q: %w", r.Body, err)
-	}
-	return st, nil
+	return testcluster.Status(context.Background(), e2eClient, nd.url, c.tokens.Query)
 }
 
 // registerBody is a resource registration as the TypeScript member sends

@@ -53,7 +53,7 @@ func TestE2E_Dev(t *testing.T) {
 	var stdout string
 	testutil.Poll(t, "dev cluster serving", 5*time.Second-time.Since(start), func() error {
 		if p.exited() {
-			return fmt.Errorf("dev exited early: %v", p.err)
+			return fmt.Errorf("dev exited early: %v", p.Err())
 		}
 		stdout, _ = p.output()
 		if !strings.Contains(stdout, "ready;") {
@@ -148,7 +148,7 @@ func TestE2E_DevTLS(t *testing.T) {
 	var stdout string
 	testutil.Poll(t, "dev --tls ready", time.Minute, func() error {
 		if p.exited() {
-			return fmt.Errorf("dev --tls exited early: %v", p.err)
+			return fmt.Errorf("dev --tls exited early: %v", p.Err())
 		}
 		if stdout, _ = p.output(); !strings.Contains(stdout, "ready;") {
 			return errors.New(`stdout has no "ready;" line yet`)

@@ -11,19 +11,21 @@ import (
 	"github.com/elanous/elanous-node/cluster/certs"
 )
 
-// PKI is a CA and the files of the certificates it issued, in a temp dir.
+// PKI is a certificate authority made for one test, with the files of the
+// certificates it issued in t.TempDir(). It is the one test CA of the
+// project; api/apitest wraps it with certificate stores and HTTPS clients.
 type PKI struct {
-	t   *testing.T
+	t   testing.TB
 	dir string
 	ca  certs.Pair
 }
 
-// NewPKI makes a CA whose files live in t.TempDir().
-func NewPKI(t *testing.T) *PKI {
+// NewPKI makes a CA and writes its certificate to CAFile.
+func NewPKI(t testing.TB) *PKI {
 	t.Helper()
 	ca, err := certs.NewCA(time.Now(), 0)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("new CA: %v", err)
 	}
 	p := &PKI{t: t, dir: t.TempDir(), ca: ca}
 	if err := os.WriteFile(p.CAFile(), ca.Cert, 0o644); err != nil {
@@ -32,16 +34,24 @@ func NewPKI(t *testing.T) *PKI {
 	return p
 }
 
-// CAFile is the path of the CA certificate.
+// Dir is the directory of the CA's and the certificates' files.
+func (p *PKI) Dir() string { return p.dir }
+
+// CAFile is the path of the CA certificate (Dir/ca.pem).
 func (p *PKI) CAFile() string { return filepath.Join(p.dir, "ca.pem") }
 
-// Issue writes a certificate for machine (SAN machine and 127.0.0.1) and
-// returns the files of a store for it.
-func (p *PKI) Issue(machine string) certs.Files {
+// CACert is the CA certificate, PEM-encoded.
+func (p *PKI) CACert() []byte { return p.ca.Cert }
+
+// Issue writes a new certificate for machine, valid for the DNS names
+// machine and dns and for 127.0.0.1, to Dir/<machine>.pem and
+// Dir/<machine>-key.pem (replacing any earlier one) and returns the files
+// of a store for it.
+func (p *PKI) Issue(machine string, dns ...string) certs.Files {
 	p.t.Helper()
-	pair, err := certs.NewCert(p.ca, certs.CertRequest{Machine: machine, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}}, time.Now())
+	pair, err := certs.NewCert(p.ca, certs.CertRequest{Machine: machine, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, DNS: dns}, time.Now())
 	if err != nil {
-		p.t.Fatal(err)
+		p.t.Fatalf("issue a certificate for %s: %v", machine, err)
 	}
 	f := certs.Files{CA: p.CAFile(), Cert: filepath.Join(p.dir, machine+".pem"), Key: filepath.Join(p.dir, machine+"-key.pem")}
 	if err := os.WriteFile(f.Cert, pair.Cert, 0o644); err != nil {
@@ -71,14 +81,15 @@ func (p *PKI) ClientTLS(machine string) *tls.Config {
 	return cfg
 }
 
-// FreeAddrs returns n loopback addresses whose ports were free a moment ago.
-func FreeAddrs(t *testing.T, n int) []string {
+// FreeAddrs returns n distinct loopback addresses whose ports were free a
+// moment ago.
+func FreeAddrs(t testing.TB, n int) []string {
 	t.Helper()
 	var out []string
 	for range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("pick a free port: %v", err)
 		}
 		out = append(out, ln.Addr().String())
 		defer ln.Close()

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/elanous/elanous-node/internal/testcluster"
 )
 
 // The HTTP ceiling: how many request/answer pairs this machine carries over
@@ -94,15 +96,15 @@ func runCeiling(ctx context.Context, o options, root string, p *procs, pr *print
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(3)
+	ports, err := testcluster.FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
 	urls := make([]string, 3)
-	var started []*proc
+	var started []*testcluster.Proc
 	defer func() {
 		for _, sp := range started {
-			_ = sp.kill()
+			_ = sp.Kill()
 		}
 	}()
 	for i := range urls {
@@ -160,7 +162,7 @@ func runCeiling(ctx context.Context, o options, root string, p *procs, pr *print
 
 // waitAnswer waits until u answers a request (the process is listening).
 func waitAnswer(ctx context.Context, u string) error {
-	err := poll(ctx, 10*time.Second, func(ctx context.Context) error {
+	err := testcluster.WaitFor(ctx, "the ceiling server to answer", 10*time.Second, pollEvery, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"/", nil)
 		if err != nil {
 			return err

@@ -10,12 +10,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/elanous/elanous-node/internal/testcluster"
 )
 
 // startNoop runs a ceiling process in this test process on a free port.
 func startNoop(t *testing.T, ctx context.Context, forward string) string {
 	t.Helper()
-	ports, err := freePorts(1)
+	ports, err := testcluster.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +62,7 @@ func TestNoopServer_ForwarderCopiesTheAnswer(t *testing.T) {
 func TestNoopServer_ForwardToNobodyIs503(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ports, err := freePorts(1)
+	ports, err := testcluster.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}

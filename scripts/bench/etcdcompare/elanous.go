@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/elanous/elanous-node/internal/testcluster"
 	"github.com/elanous/elanous-node/wire"
 )
 
@@ -66,11 +67,9 @@ func newElanousSystem(ctx context.Context, repo, dir string, p *procs) (*elanous
 	}
 	s := &elanousSystem{dir: dir, bin: filepath.Join(dir, "elanous-node"), procs: p,
 		status: &http.Client{Timeout: time.Second}}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", s.bin, "./cmd/elanous-node")
-	cmd.Dir = repo
-	cmd.Env = append(os.Environ(), "GOWORK=off")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build elanous-node: %w\n%s", err, lastLines(string(out), 20))
+	b := testcluster.Build{Dir: repo, Pkg: "./cmd/elanous-node", Out: s.bin, Env: []string{"GOWORK=off"}}
+	if err := b.Run(ctx); err != nil {
+		return nil, fmt.Errorf("build elanous-node: %w", err)
 	}
 	out, err := exec.CommandContext(ctx, s.bin, "version").Output()
 	if err != nil {
@@ -115,33 +114,27 @@ func (s *elanousSystem) Version() string     { return s.version }
 func (s *elanousSystem) Logs() []string { return logPaths(s.nodes) }
 
 func (s *elanousSystem) Start(ctx context.Context) error {
-	ports, err := freePorts(6)
+	ports, err := testcluster.FreePorts(6)
 	if err != nil {
 		return err
 	}
-	var cands []string
+	var cands []testcluster.Candidate
 	for i := range 3 {
-		cands = append(cands, fmt.Sprintf("    - { machine: node-%c, url: \"http://127.0.0.1:%d\", raft: \"127.0.0.1:%d\" }", 'a'+i, ports[i], ports[3+i]))
+		cands = append(cands, testcluster.Candidate{Machine: fmt.Sprintf("node-%c", 'a'+i),
+			URL: fmt.Sprintf("http://127.0.0.1:%d", ports[i]), Raft: fmt.Sprintf("127.0.0.1:%d", ports[3+i])})
 	}
-	for i := range 3 {
-		name := fmt.Sprintf("node-%c", 'a'+i)
-		ndir := filepath.Join(s.dir, name)
-		n := &elanousNode{server: server{name: name, dataDir: filepath.Join(ndir, "data"), logPath: filepath.Join(ndir, "node.log")},
-			config: filepath.Join(ndir, "elanous.yaml"), url: fmt.Sprintf("http://127.0.0.1:%d", ports[i])}
+	for i, cand := range cands {
+		ndir := filepath.Join(s.dir, cand.Machine)
+		n := &elanousNode{server: server{name: cand.Machine, dataDir: filepath.Join(ndir, "data"), logPath: filepath.Join(ndir, "node.log")},
+			config: filepath.Join(ndir, "elanous.yaml"), url: cand.URL}
 		if err := os.MkdirAll(n.dataDir, 0o700); err != nil {
 			return err
 		}
-		yaml := fmt.Sprintf(`node:    { id: %s, data_dir: %q }
-http:    { addr: "127.0.0.1:%d", advertise: "http://127.0.0.1:%d" }
-raft:    { addr: "127.0.0.1:%d", advertise: "127.0.0.1:%d" }
-cluster:
-  bootstrap: true
-  candidates:
-%s
-tokens:  { file: %q }
-limits:  { write_rate: 0 }   # no write rate limit: every client is on 127.0.0.1
-`, name, n.dataDir, ports[i], ports[i], ports[3+i], ports[3+i], strings.Join(cands, "\n"), n.tokensFile())
-		if err := os.WriteFile(n.config, []byte(yaml), 0o600); err != nil {
+		nc := testcluster.NodeConfig{ID: n.name, DataDir: n.dataDir, URL: n.url, Raft: cands[i].Raft,
+			Candidates: cands, TokensFile: n.tokensFile()}
+		doc := nc.Doc()
+		doc["limits"] = map[string]any{"write_rate": 0} // no write rate limit: every client is on 127.0.0.1
+		if err := testcluster.WriteConfig(n.config, doc); err != nil {
 			return err
 		}
 		s.nodes = append(s.nodes, n)
@@ -163,27 +156,13 @@ func (n *elanousNode) tokensFile() string { return filepath.Join(n.dataDir, "con
 // init`, copies it (mode 0600) to the other candidates as an operator would,
 // and reads the member token from it.
 func (s *elanousSystem) initTokens(ctx context.Context) error {
-	first := s.nodes[0]
-	cmd := exec.CommandContext(ctx, s.bin, "init", "--config", first.config)
-	cmd.Env = s.env
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("elanous-node init: %w\n%s", err, out)
+	var files []string
+	for _, n := range s.nodes {
+		files = append(files, n.tokensFile())
 	}
-	data, err := os.ReadFile(first.tokensFile())
+	t, err := testcluster.InitTokens(ctx, s.bin, s.env, files...)
 	if err != nil {
 		return err
-	}
-	for _, n := range s.nodes[1:] {
-		if err := os.MkdirAll(filepath.Dir(n.tokensFile()), 0o700); err != nil {
-			return err
-		}
-		if err := os.WriteFile(n.tokensFile(), data, 0o600); err != nil {
-			return err
-		}
-	}
-	var t wire.TokensFile
-	if err := json.Unmarshal(data, &t); err != nil {
-		return fmt.Errorf("read tokens file: %w", err)
 	}
 	if !wire.ValidToken(t.Member) {
 		return errors.New("tokens file has no well-formed member token")
@@ -199,22 +178,13 @@ func (s *elanousSystem) startNode(i int) error {
 
 func (s *elanousSystem) Stop() { killAll(s.nodes) }
 
-// primary reads GET /v1/primary on node i.
-func (s *elanousSystem) primary(ctx context.Context, i int) (wire.Primary, error) {
-	var p wire.Primary
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.nodes[i].url+"/v1/primary", nil)
-	if err != nil {
-		return p, err
+// urls are the nodes' API URLs.
+func (s *elanousSystem) urls() []string {
+	var out []string
+	for _, n := range s.nodes {
+		out = append(out, n.url)
 	}
-	resp, err := s.status.Do(req)
-	if err != nil {
-		return p, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return p, fmt.Errorf("GET /v1/primary on %s: %s", s.nodes[i].name, resp.Status)
-	}
-	return p, json.NewDecoder(resp.Body).Decode(&p)
+	return out
 }
 
 // WaitHealthy waits until every node answers /v1/ready, every node names the
@@ -222,24 +192,17 @@ func (s *elanousSystem) primary(ctx context.Context, i int) (wire.Primary, error
 func (s *elanousSystem) WaitHealthy(ctx context.Context) error {
 	hc := newHTTPClient()
 	defer hc.CloseIdleConnections()
-	return poll(ctx, 60*time.Second, func(ctx context.Context) error {
-		var holder string
-		var gen uint64
-		for i, n := range s.nodes {
-			if !n.p.alive() {
+	return testcluster.WaitFor(ctx, "a healthy elanous cluster", 60*time.Second, pollEvery, func(ctx context.Context) error {
+		for _, n := range s.nodes {
+			if n.p.Exited() {
 				return fmt.Errorf("%s exited", n.name)
 			}
 			if err := s.get(ctx, n.url+"/v1/ready"); err != nil {
 				return fmt.Errorf("%s not ready: %w", n.name, err)
 			}
-			p, err := s.primary(ctx, i)
-			if err != nil {
-				return err
-			}
-			if !p.Known || (i > 0 && (p.Holder != holder || p.Generation != gen)) {
-				return fmt.Errorf("%s names primary %q generation %d (known %v), others %q %d", n.name, p.Holder, p.Generation, p.Known, holder, gen)
-			}
-			holder, gen = p.Holder, p.Generation
+		}
+		if _, err := testcluster.AgreedPrimary(ctx, s.status, s.urls()); err != nil {
+			return err
 		}
 		l, err := s.Leader(ctx)
 		if err != nil {
@@ -267,23 +230,18 @@ func (s *elanousSystem) get(ctx context.Context, u string) error {
 	return nil
 }
 
+// Leader is the index of the holder of the newest claim any node knows.
 func (s *elanousSystem) Leader(ctx context.Context) (int, error) {
-	best, bestGen := -1, uint64(0)
-	for i := range s.nodes {
-		p, err := s.primary(ctx, i)
-		if err != nil || !p.Known || p.Generation < bestGen {
-			continue
-		}
-		for j, n := range s.nodes {
-			if n.name == p.Holder {
-				best, bestGen = j, p.Generation
-			}
+	p, err := testcluster.NewestPrimary(ctx, s.status, s.urls())
+	if err != nil {
+		return 0, err
+	}
+	for i, n := range s.nodes {
+		if n.name == p.Holder {
+			return i, nil
 		}
 	}
-	if best < 0 {
-		return 0, errors.New("no candidate knows the primary")
-	}
-	return best, nil
+	return 0, fmt.Errorf("the primary %q is no candidate", p.Holder)
 }
 
 // elClient is one benchmark client of the HTTP API: one keep-alive
@@ -472,7 +430,7 @@ func (s *elanousSystem) Writer(ctx context.Context, i int) (step, func(), error)
 	return func(ctx context.Context) error { return c.register(ctx, body) }, func() { c.http.CloseIdleConnections() }, nil
 }
 
-func (s *elanousSystem) Kill(i int) error { return s.nodes[i].p.kill() }
+func (s *elanousSystem) Kill(i int) error { return s.nodes[i].p.Kill() }
 
 func (s *elanousSystem) Restart(ctx context.Context, i int) error {
 	s.nodes[i].restarts++

@@ -15,6 +15,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/elanous/elanous-node/internal/testcluster"
 )
 
 // etcd36Version is the etcd server module built for the 3.6 column.
@@ -170,7 +172,7 @@ func (s *etcdSystem) Version() string { return s.version }
 func (s *etcdSystem) Logs() []string { return logPaths(s.members) }
 
 func (s *etcdSystem) Start(ctx context.Context) error {
-	ports, err := freePorts(6)
+	ports, err := testcluster.FreePorts(6)
 	if err != nil {
 		return err
 	}
@@ -245,11 +247,11 @@ func (s *etcdSystem) Stop() {
 // WaitHealthy waits until every member answers Status naming one leader and
 // has applied within 100 entries of the others, then a Put succeeds.
 func (s *etcdSystem) WaitHealthy(ctx context.Context) error {
-	return poll(ctx, 60*time.Second, func(ctx context.Context) error {
+	return testcluster.WaitFor(ctx, "a healthy etcd cluster", 60*time.Second, pollEvery, func(ctx context.Context) error {
 		var leader uint64
 		var minApplied, maxApplied uint64
 		for i, m := range s.members {
-			if !m.p.alive() {
+			if m.p.Exited() {
 				return fmt.Errorf("%s exited", m.name)
 			}
 			sctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -278,28 +280,8 @@ func (s *etcdSystem) WaitHealthy(ctx context.Context) error {
 	})
 }
 
-// poll calls check until it returns nil or timeout passes; it then returns
-// check's last error.
-func poll(ctx context.Context, timeout time.Duration, check func(ctx context.Context) error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check(ctx)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not within %s: %w", timeout, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
+// pollEvery is how often the driver polls a condition (testcluster.WaitFor).
+const pollEvery = 50 * time.Millisecond
 
 func (s *etcdSystem) Leader(ctx context.Context) (int, error) {
 	for _, m := range s.members {
@@ -560,7 +542,7 @@ func (s *etcdSystem) Writer(ctx context.Context, i int) (step, func(), error) {
 	}, func() { c.Close() }, nil
 }
 
-func (s *etcdSystem) Kill(i int) error { return s.members[i].p.kill() }
+func (s *etcdSystem) Kill(i int) error { return s.members[i].p.Kill() }
 
 func (s *etcdSystem) Restart(ctx context.Context, i int) error {
 	s.members[i].restarts++

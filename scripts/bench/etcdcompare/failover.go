@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/elanous/elanous-node/internal/testcluster"
 )
 
 // runFailover kills the leader of s kills times under a one-client write loop
@@ -101,7 +103,7 @@ func killUnderLoad(ctx context.Context, s system, victim int, write step, st *st
 	}()
 	defer func() { stop(); wg.Wait() }()
 
-	err := poll(ctx, 20*time.Second, func(context.Context) error {
+	err := testcluster.WaitFor(ctx, "the kill to stop every write", 20*time.Second, pollEvery, func(context.Context) error {
 		ps.mu.Lock()
 		defer ps.mu.Unlock()
 		if ps.streak < 20 {
@@ -121,7 +123,7 @@ func killUnderLoad(ctx context.Context, s system, victim int, write step, st *st
 	ps.mu.Lock()
 	ps.deadAt = time.Now()
 	ps.mu.Unlock()
-	err = poll(ctx, 30*time.Second, func(context.Context) error {
+	err = testcluster.WaitFor(ctx, "a write after the kill", 30*time.Second, pollEvery, func(context.Context) error {
 		ps.mu.Lock()
 		defer ps.mu.Unlock()
 		if ps.recoveredAt.IsZero() {

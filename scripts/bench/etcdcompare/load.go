@@ -42,6 +42,11 @@ type stats struct {
 	Dropped      int     `json:"dropped,omitempty"`
 	ServiceP50Ms float64 `json:"serviceP50Ms,omitempty"`
 	ServiceP99Ms float64 `json:"serviceP99Ms,omitempty"`
+	// CPUMsPerKOp is the CPU time the three members used during a
+	// throughput row (user + system, summed over them) per 1,000 successful
+	// operations: what an operation costs the servers, whatever the number
+	// of cores they share.
+	CPUMsPerKOp float64 `json:"cpuMsPerKOp,omitempty"`
 }
 
 // openSummary is summary for an open loop: the rate offered and achieved.

@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/elanous/elanous-node/internal/testcluster"
 	"github.com/elanous/elanous-node/wire"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -20,10 +20,7 @@ import (
 
 // clusterStatus reads GET /v1/cluster/status on node i with the member token.
 func (s *elanousSystem) clusterStatus(ctx context.Context, i int) (wire.ClusterStatus, error) {
-	var st wire.ClusterStatus
-	c := &elClient{url: s.nodes[i].url, token: s.token, http: s.status, timeout: 2 * time.Second}
-	err := c.do(ctx, http.MethodGet, "/v1/cluster/status", nil, nil, http.StatusOK, &st)
-	return st, err
+	return testcluster.Status(ctx, s.status, s.nodes[i].url, s.token)
 }
 
 // raftStat returns the raft statistic key (hashicorp/raft's Stats, in the
@@ -42,24 +39,7 @@ func raftStat(st wire.ClusterStatus, key string) (uint64, bool) {
 func (s *elanousSystem) metrics(ctx context.Context, i int) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.nodes[i].url+"/metrics", nil)
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Authorization", "Bearer "+s.token)
-	resp, err := s.status.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET /metrics on %s: %s", s.nodes[i].name, resp.Status)
-	}
-	return string(body), nil
+	return testcluster.Metrics(ctx, s.status, s.nodes[i].url, s.token)
 }
 
 // metricValue returns the value of the unlabelled counter or gauge name in a

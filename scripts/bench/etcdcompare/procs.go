@@ -1,155 +1,62 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/elanous/elanous-node/internal/testcluster"
 )
 
-// procs is every server process the run started, by pid, so that all of them
-// are killed on exit, including on Ctrl-C. Its methods may be called
+// procs is every server process the run started, so that all of them are
+// killed on exit, including on Ctrl-C. Its methods may be called
 // concurrently.
 type procs struct {
 	mu      sync.Mutex
-	running map[int]*proc // guarded by mu
+	running map[*testcluster.Proc]bool // guarded by mu
 }
 
-// proc is one started process; exited is closed once it has been waited for.
-type proc struct {
-	cmd    *exec.Cmd
-	exited chan struct{}
-}
-
-func newProcs() *procs { return &procs{running: map[int]*proc{}} }
+func newProcs() *procs { return &procs{running: map[*testcluster.Proc]bool{}} }
 
 // start runs bin with args, its output appended to logPath, in its own
 // process group (so a terminal's Ctrl-C reaches only this driver, which then
 // kills it) and with SIGKILL as its parent-death signal.
-func (p *procs) start(bin string, args []string, env []string, logPath string) (*proc, error) {
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+func (p *procs) start(bin string, args []string, env []string, logPath string) (*testcluster.Proc, error) {
+	pr, err := testcluster.Start(testcluster.Spec{Name: filepath.Base(bin), Path: bin, Args: args, Env: env,
+		Stdout: logPath, Group: true, Banner: "compare-etcd"})
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(logf, "=== compare-etcd: start %s at %s\n", filepath.Base(bin), time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(bin, args...)
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	pr := &proc{cmd: cmd, exited: make(chan struct{})}
 	p.mu.Lock()
-	p.running[cmd.Process.Pid] = pr
+	p.running[pr] = true
 	p.mu.Unlock()
 	go func() {
-		_ = cmd.Wait()
-		fmt.Fprintf(logf, "=== compare-etcd: exited: %v\n", cmd.ProcessState)
-		logf.Close()
+		<-pr.Done()
 		p.mu.Lock()
-		delete(p.running, cmd.Process.Pid)
+		delete(p.running, pr)
 		p.mu.Unlock()
-		close(pr.exited)
 	}()
 	return pr, nil
-}
-
-// pid is the process id.
-func (pr *proc) pid() int { return pr.cmd.Process.Pid }
-
-// alive reports whether the process has not exited.
-func (pr *proc) alive() bool {
-	select {
-	case <-pr.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// kill sends SIGKILL to the process (by its pid) and waits until it has
-// exited.
-func (pr *proc) kill() error {
-	if !pr.alive() {
-		return nil
-	}
-	if err := syscall.Kill(pr.pid(), syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("kill pid %d: %w", pr.pid(), err)
-	}
-	select {
-	case <-pr.exited:
-		return nil
-	case <-time.After(10 * time.Second):
-		return fmt.Errorf("pid %d did not exit 10 s after SIGKILL", pr.pid())
-	}
-}
-
-// terminate sends SIGTERM to the process (by its pid) and waits up to
-// timeout for it to exit; past that it kills it and says so.
-func (pr *proc) terminate(timeout time.Duration) error {
-	if !pr.alive() {
-		return nil
-	}
-	if err := syscall.Kill(pr.pid(), syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("terminate pid %d: %w", pr.pid(), err)
-	}
-	select {
-	case <-pr.exited:
-		return nil
-	case <-time.After(timeout):
-		_ = pr.kill()
-		return fmt.Errorf("pid %d did not exit %s after SIGTERM; killed", pr.pid(), timeout)
-	}
 }
 
 // killAll kills every process still running.
 func (p *procs) killAll() {
 	p.mu.Lock()
-	var all []*proc
-	for _, pr := range p.running {
+	var all []*testcluster.Proc
+	for pr := range p.running {
 		all = append(all, pr)
 	}
 	p.mu.Unlock()
 	for _, pr := range all {
-		_ = pr.kill()
+		_ = pr.Kill()
 	}
-}
-
-// freePorts returns n distinct free TCP ports on 127.0.0.1, chosen by the
-// kernel from its ephemeral range. Ports of `elanous-node dev` (31412–31433)
-// and of the fault suite (31513–31533) are never returned.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		ls = append(ls, l)
-		port := l.Addr().(*net.TCPAddr).Port
-		if port >= 31400 && port <= 31599 {
-			continue
-		}
-		ports = append(ports, port)
-	}
-	return ports, nil
 }
 
 // rssBytes reads VmRSS of pid from /proc; 0 when it cannot.

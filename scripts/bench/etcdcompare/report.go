@@ -105,6 +105,9 @@ func cell(row rowReport, st *stats) string {
 		unit = " writes/s"
 	}
 	out := fmt.Sprintf("%s%s · p50 %s · p99 %s ms", thousands(st.OpsPerSec), unit, fmtMs(st.P50Ms), fmtMs(st.P99Ms))
+	if st.CPUMsPerKOp > 0 {
+		out += fmt.Sprintf(" · server CPU %s ms per 1k", fmtMs(st.CPUMsPerKOp))
+	}
 	if st.Errors > 0 {
 		out += fmt.Sprintf(" · %d errors", st.Errors)
 	}

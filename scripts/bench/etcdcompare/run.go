@@ -700,11 +700,16 @@ func runRow(ctx context.Context, s system, row string, clients int, d time.Durat
 		return nil, err
 	}
 	defer cleanup()
+	members := s.Usage()
+	cpu0, cpuOK := membersCPUms(members)
 	st := runLoad(ctx, steps, d, func(elapsed time.Duration, ops, errs int64) {
 		pr.logf("%s: %s: %4.1fs %7d ops %5d errors", s.Name(), row, elapsed.Seconds(), ops, errs)
 	})
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
+	}
+	if cpu1, ok := membersCPUms(members); cpuOK && ok && st.Ops > 0 {
+		st.CPUMsPerKOp = (cpu1 - cpu0) * 1000 / float64(st.Ops)
 	}
 	pr.logf("%s: %s: %s", s.Name(), row, st.summary())
 	if st.Ops == 0 {

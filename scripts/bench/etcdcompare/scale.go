@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/elanous/elanous-node/internal/testcluster"
 	"github.com/elanous/elanous-node/wire"
 )
 
@@ -120,9 +121,9 @@ func (s *elanousSystem) backup(ctx context.Context) (backupSpan, error) {
 func (s *elanousSystem) sample() []nodeSample {
 	var out []nodeSample
 	for _, n := range s.nodes {
-		pid := n.p.pid()
+		pid := n.p.Pid()
 		m, _ := readProcMemory(pid)
-		if !n.p.alive() {
+		if n.p.Exited() {
 			pid, m = 0, procMemory{}
 		}
 		out = append(out, nodeSample{Node: n.name, PID: pid, RSSBytes: m.RSSBytes,
@@ -228,7 +229,7 @@ func (s *elanousSystem) waitReady(ctx context.Context, i int, timeout time.Durat
 		if err == nil {
 			return nil
 		}
-		if !s.nodes[i].p.alive() {
+		if s.nodes[i].p.Exited() {
 			return fmt.Errorf("%s exited", s.nodes[i].name)
 		}
 		if time.Now().After(deadline) {
@@ -255,7 +256,7 @@ func (s *elanousSystem) waitCaughtUp(ctx context.Context, timeout time.Duration)
 		return err
 	}
 	target := st.CommitIndex
-	return poll(ctx, timeout, func(ctx context.Context) error {
+	return testcluster.WaitFor(ctx, "every node to apply the commit index", timeout, pollEvery, func(ctx context.Context) error {
 		for i, n := range s.nodes {
 			st, err := s.clusterStatus(ctx, i)
 			if err != nil {
@@ -287,7 +288,7 @@ func (s *elanousSystem) restartFollower(ctx context.Context) (*restartReport, er
 		rr.LastSnapshotIndex, _ = raftStat(st, "last_snapshot_index")
 	}
 	t0 := time.Now()
-	if err := n.p.terminate(30 * time.Second); err != nil {
+	if err := n.p.Stop(30 * time.Second); err != nil {
 		return nil, err
 	}
 	rr.StopMs = ms(time.Since(t0))
@@ -301,7 +302,7 @@ func (s *elanousSystem) restartFollower(ctx context.Context) (*restartReport, er
 		return nil, err
 	}
 	rr.ReadyMs = ms(time.Since(t1))
-	rr.RSSBytes = rssBytes(n.p.pid())
+	rr.RSSBytes = rssBytes(n.p.Pid())
 	return rr, s.WaitHealthy(ctx)
 }
 
@@ -384,7 +385,7 @@ func runScale(ctx context.Context, s *elanousSystem, o options, empty *stats, fi
 	}
 
 	waitStart := time.Now()
-	err = poll(ctx, o.snapshotWait, func(ctx context.Context) error {
+	err = testcluster.WaitFor(ctx, "the snapshots", o.snapshotWait, pollEvery, func(ctx context.Context) error {
 		spans, err := s.snapshotsSince(filledAt)
 		if err != nil {
 			return err

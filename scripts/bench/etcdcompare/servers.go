@@ -1,13 +1,17 @@
 package main
 
-import "path/filepath"
+import (
+	"path/filepath"
+
+	"github.com/elanous/elanous-node/internal/testcluster"
+)
 
 // server is one server process of a benchmarked cluster: its name, data
 // directory and log file, the process (nil until started) and how many times
 // it was restarted. elanousNode and etcdMember embed it.
 type server struct {
 	name, dataDir, logPath string
-	p                      *proc
+	p                      *testcluster.Proc
 	restarts               int
 }
 
@@ -40,7 +44,7 @@ func logPaths[S serverOf](servers []S) []string {
 func killAll[S serverOf](servers []S) {
 	for _, s := range servers {
 		if p := s.base().p; p != nil {
-			_ = p.kill()
+			_ = p.Kill()
 		}
 	}
 }
@@ -51,7 +55,7 @@ func usageOf[S serverOf](servers []S, system, dbName string, dbPath ...string) [
 	var out []nodeUsage
 	for _, srv := range servers {
 		s := srv.base()
-		out = append(out, nodeUsage{System: system, Node: s.name, PID: s.p.pid(), RSSBytes: rssBytes(s.p.pid()),
+		out = append(out, nodeUsage{System: system, Node: s.name, PID: s.p.Pid(), RSSBytes: rssBytes(s.p.Pid()),
 			DBName: dbName, DBBytes: fileSize(filepath.Join(append([]string{s.dataDir}, dbPath...)...)),
 			DataBytes: dirSize(s.dataDir), Restarts: s.restarts})
 	}

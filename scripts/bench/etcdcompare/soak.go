@@ -205,7 +205,7 @@ func leaderChanges(before, after []calmNode, restarted []bool) (nodes []calmNode
 func (s *elanousSystem) pids() []int {
 	var out []int
 	for _, n := range s.nodes {
-		out = append(out, n.p.pid())
+		out = append(out, n.p.Pid())
 	}
 	return out
 }
@@ -215,7 +215,7 @@ func (s *elanousSystem) pids() []int {
 func (s *elanousSystem) restartedSince(pids []int, peaks []nodePeak) []bool {
 	out := make([]bool, len(s.nodes))
 	for i, n := range s.nodes {
-		out[i] = n.p.pid() != pids[i] || (i < len(peaks) && !slices.Equal(peaks[i].PIDs, []int{pids[i]}))
+		out[i] = n.p.Pid() != pids[i] || (i < len(peaks) && !slices.Equal(peaks[i].PIDs, []int{pids[i]}))
 	}
 	return out
 }

@@ -53,7 +53,8 @@ func TestNew_WritesConfigsAndTokens(t *testing.T) {
 			t.Errorf("tokens file of %s = %s, %v", n.Name, b, err)
 		}
 		cfg, _ := os.ReadFile(n.config)
-		for _, want := range []string{"id: " + n.Name, "bootstrap: true", "machine: node-c", "election_timeout: 500ms", tok} {
+		for _, want := range []string{`"id": "` + n.Name + `"`, `"bootstrap": true`, `"machine": "node-c"`, `"election_timeout": "500ms"`,
+			`"leader_lease_timeout": "250ms"`, `"allow_plaintext": true`, `"file": "` + tok + `"`} {
 			if !strings.Contains(string(cfg), want) {
 				t.Errorf("config of %s lacks %q:\n%s", n.Name, want, cfg)
 			}

@@ -13,13 +13,11 @@ import (
 // execs it in place, so the started process's pid is the node's.
 func (c *Cluster) RSS(i int) (int64, error) {
 	n := c.Nodes[i]
-	n.mu.Lock()
-	cmd := n.cmd
-	n.mu.Unlock()
-	if cmd == nil || cmd.Process == nil {
+	p := c.proc(i)
+	if p == nil || p.Exited() {
 		return 0, fmt.Errorf("%s is not running", n.Name)
 	}
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.Pid()))
 	if err != nil {
 		return 0, err
 	}
