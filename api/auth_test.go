@@ -128,6 +128,22 @@ func TestServer_AuthorizationMatrix(t *testing.T) {
 			return testutil.Call{Method: http.MethodGet, URL: cl.url + path, Auth: cl.auth}
 		}
 	}
+	// onLease and onResource build the cell's call on a fixture lease or
+	// resource of its machine, with the cell's credential.
+	onLease := func(call func(cl cell, l wire.PortLease) testutil.Call) func(*testing.T, *authEnv, cell) testutil.Call {
+		return func(t *testing.T, e *authEnv, cl cell) testutil.Call {
+			cc := call(cl, e.lease(t, cl))
+			cc.Auth = cl.auth
+			return cc
+		}
+	}
+	onResource := func(call func(cl cell, id string) testutil.Call) func(*testing.T, *authEnv, cell) testutil.Call {
+		return func(t *testing.T, e *authEnv, cl cell) testutil.Call {
+			cc := call(cl, e.resource(t, cl))
+			cc.Auth = cl.auth
+			return cc
+		}
+	}
 	all200 := [numKinds]int{200, 200, 200, 200, 200, 200, 200, 200}
 	endpoints := []endpoint{
 		//                                         none malformed unknown query member A-on-B A-on-A admin
@@ -144,21 +160,18 @@ func TestServer_AuthorizationMatrix(t *testing.T) {
 				return cc
 			}},
 		{name: "POST /v1/resources/{id}/heartbeat", want: [numKinds]int{401, 401, 401, 403, 200, 403, 200, 200},
-			build: func(t *testing.T, e *authEnv, cl cell) testutil.Call {
-				id := e.resource(t, cl)
+			build: onResource(func(cl cell, id string) testutil.Call {
 				return testutil.Call{Method: http.MethodPost, URL: cl.url + "/v1/resources/" + member.EscapeID(id) + "/heartbeat",
-					Auth: cl.auth, Body: "{}", ContentType: "application/json"}
-			}},
+					Body: "{}", ContentType: "application/json"}
+			})},
 		{name: "DELETE /v1/resources/{id}", want: [numKinds]int{401, 401, 401, 403, 204, 403, 204, 204},
-			build: func(t *testing.T, e *authEnv, cl cell) testutil.Call {
-				id := e.resource(t, cl)
-				return testutil.Call{Method: http.MethodDelete, URL: cl.url + "/v1/resources/" + member.EscapeID(id), Auth: cl.auth}
-			}},
+			build: onResource(func(cl cell, id string) testutil.Call {
+				return testutil.Call{Method: http.MethodDelete, URL: cl.url + "/v1/resources/" + member.EscapeID(id)}
+			})},
 		{name: "GET /v1/resources?machine=", want: [numKinds]int{401, 401, 401, 200, 200, 403, 200, 200},
-			build: func(t *testing.T, e *authEnv, cl cell) testutil.Call {
-				e.resource(t, cl)
-				return testutil.Call{Method: http.MethodGet, URL: cl.url + "/v1/resources?machine=" + cl.machine, Auth: cl.auth}
-			},
+			build: onResource(func(cl cell, _ string) testutil.Call {
+				return testutil.Call{Method: http.MethodGet, URL: cl.url + "/v1/resources?machine=" + cl.machine}
+			}),
 			check: func(t *testing.T, _ *authEnv, cl cell, r testutil.Reply) {
 				for _, res := range testutil.Decode[[]wire.Resource](t, r) {
 					if res.Machine != cl.machine {
@@ -167,10 +180,9 @@ func TestServer_AuthorizationMatrix(t *testing.T) {
 				}
 			}},
 		{name: "GET /v1/resources/{id}", want: [numKinds]int{401, 401, 401, 200, 200, 403, 200, 200},
-			build: func(t *testing.T, e *authEnv, cl cell) testutil.Call {
-				id := e.resource(t, cl)
-				return testutil.Call{Method: http.MethodGet, URL: cl.url + "/v1/resources/" + member.EscapeID(id), Auth: cl.auth}
-			}},
+			build: onResource(func(cl cell, id string) testutil.Call {
+				return testutil.Call{Method: http.MethodGet, URL: cl.url + "/v1/resources/" + member.EscapeID(id)}
+			})},
 		{name: "POST /v1/leases/port", want: [numKinds]int{401, 401, 401, 403, 201, 403, 201, 201},
 			build: func(_ *testing.T, _ *authEnv, cl cell) testutil.Call {
 				cc := testutil.JSONCall(http.MethodPost, cl.url+"/v1/leases/port", "", wire.AcquireRequest{Machine: cl.machine, Purpose: "matrix", TTLMs: memberTTL})
@@ -180,20 +192,14 @@ func TestServer_AuthorizationMatrix(t *testing.T) {
 		// Renewal is the owner's alone: the admin token gets 403 on a lease
 		// the member token holds.
 		{name: "POST /v1/leases/port/{port}/heartbeat", want: [numKinds]int{401, 401, 401, 403, 200, 403, 200, 403},
-			build: func(t *testing.T, e *authEnv, cl cell) testutil.Call {
-				l := e.lease(t, cl)
-				cc := leaseCall(http.MethodPost, cl.url, l.Port, "", l.LeaseID)
-				cc.Auth = cl.auth
-				return cc
-			}},
+			build: onLease(func(cl cell, l wire.PortLease) testutil.Call {
+				return leaseCall(http.MethodPost, cl.url, l.Port, "", l.LeaseID)
+			})},
 		// Release: the owner, or the admin token for any lease.
 		{name: "DELETE /v1/leases/port/{port}", want: [numKinds]int{401, 401, 401, 403, 204, 403, 204, 204},
-			build: func(t *testing.T, e *authEnv, cl cell) testutil.Call {
-				l := e.lease(t, cl)
-				cc := leaseCall(http.MethodDelete, cl.url, l.Port, "", l.LeaseID)
-				cc.Auth = cl.auth
-				return cc
-			}},
+			build: onLease(func(cl cell, l wire.PortLease) testutil.Call {
+				return leaseCall(http.MethodDelete, cl.url, l.Port, "", l.LeaseID)
+			})},
 		{name: "GET /v1/leases/port", want: [numKinds]int{401, 401, 401, 200, 200, 200, 200, 200},
 			build: func(t *testing.T, e *authEnv, cl cell) testutil.Call {
 				e.lease(t, cl)
@@ -213,17 +219,11 @@ func TestServer_AuthorizationMatrix(t *testing.T) {
 				}
 			}},
 		{name: "GET /v1/leases/port/{port}", want: [numKinds]int{401, 401, 401, 200, 200, 403, 200, 200},
-			build: func(t *testing.T, e *authEnv, cl cell) testutil.Call {
-				l := e.lease(t, cl)
-				return testutil.Call{Method: http.MethodGet, URL: cl.url + "/v1/leases/port/" + strconv.Itoa(l.Port), Auth: cl.auth}
-			}},
+			build: onLease(func(cl cell, l wire.PortLease) testutil.Call {
+				return testutil.Call{Method: http.MethodGet, URL: cl.url + "/v1/leases/port/" + strconv.Itoa(l.Port)}
+			})},
 		{name: "POST /v1/fences/check", want: [numKinds]int{401, 401, 401, 200, 200, 403, 200, 200},
-			build: func(t *testing.T, e *authEnv, cl cell) testutil.Call {
-				l := e.lease(t, cl)
-				cc := fenceCall(cl.url, "", l.Port, l.Fence)
-				cc.Auth = cl.auth
-				return cc
-			}},
+			build: onLease(func(cl cell, l wire.PortLease) testutil.Call { return fenceCall(cl.url, "", l.Port, l.Fence) })},
 		{name: "POST /v1/tokens/member", want: [numKinds]int{401, 401, 401, 403, 403, 403, 403, 201},
 			build: func(_ *testing.T, _ *authEnv, cl cell) testutil.Call {
 				cc := testutil.JSONCall(http.MethodPost, cl.url+"/v1/tokens/member", "", wire.IssueTokenRequest{Machine: fmt.Sprintf("issued-%d", cl.n)})

@@ -29,12 +29,27 @@ func badLease(msg string) *Error {
 	return &Error{Status: http.StatusBadRequest, Code: wire.CodeInvalidPortLease, Message: msg}
 }
 
-// errorMapping maps sentinel errors, most specific first.
-var errorMapping = []struct {
+// errorMap maps sentinel errors to a status and code: the first whose
+// sentinel err is (errors.Is) answers.
+type errorMap []struct {
 	err    error
 	status int
 	code   string
-}{
+}
+
+// lookup returns err as an *Error of the first entry it is, and false when
+// it is none of them.
+func (em errorMap) lookup(err error) (*Error, bool) {
+	for _, m := range em {
+		if errors.Is(err, m.err) {
+			return &Error{Status: m.status, Code: m.code, Message: err.Error()}, true
+		}
+	}
+	return nil, false
+}
+
+// errorMapping maps sentinel errors, most specific first.
+var errorMapping = errorMap{
 	{fsm.ErrInvalidPortLease, http.StatusBadRequest, wire.CodeInvalidPortLease},
 	{fsm.ErrInvalidCommand, http.StatusBadRequest, wire.CodeInvalidRequest},
 	{fsm.ErrNotFound, http.StatusNotFound, wire.CodeNotFound},
@@ -57,10 +72,8 @@ func toWire(err error) (int, wire.Error) {
 	if errors.As(err, &ae) {
 		return ae.Status, wire.Error{Error: ae.Code, Message: ae.Message}
 	}
-	for _, m := range errorMapping {
-		if errors.Is(err, m.err) {
-			return m.status, wire.Error{Error: m.code, Message: err.Error()}
-		}
+	if ae, ok := errorMapping.lookup(err); ok {
+		return ae.Status, wire.Error{Error: ae.Code, Message: ae.Message}
 	}
 	var he *echo.HTTPError
 	if errors.As(err, &he) {

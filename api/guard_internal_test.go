@@ -76,16 +76,7 @@ func TestGuard_ListenCapsPerAddress(t *testing.T) {
 	g := newGuard(withDefaults(wire.NodeLimits{ConnectionsPerAddress: 2, Connections: 10}), nil, prometheus.NewRegistry())
 	ln := g.listen(raw)
 	defer ln.Close()
-	accepted := make(chan net.Conn, 10)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-		}
-	}()
+	accepted := acceptInto(ln, 10)
 	dial := func(ip string) net.Conn {
 		t.Helper()
 		c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}).Dial("tcp", raw.Addr().String())
@@ -133,16 +124,7 @@ func TestGuard_ListenCapsOverall(t *testing.T) {
 		queue := &queueListener{conns: make(chan net.Conn, 4), closed: make(chan struct{})}
 		ln := g.listen(queue)
 		defer ln.Close() // ends the accepting goroutine, also when the test fails
-		accepted := make(chan net.Conn, 4)
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				accepted <- c
-			}
-		}()
+		accepted := acceptInto(ln, 4)
 		for i := range 3 { // three addresses: no per-address cap is reached
 			server, client := net.Pipe()
 			defer client.Close()
@@ -211,4 +193,19 @@ func TestNew_ForwardConnections(t *testing.T) {
 			t.Errorf("New(ForwardConnections %d): forwarding transport %T with MaxConnsPerHost %d, want %d", tt.caps, s.client.Transport, tr.MaxConnsPerHost, tt.want)
 		}
 	}
+}
+
+// acceptInto accepts from ln until Accept fails, into a channel of capacity n.
+func acceptInto(ln net.Listener, n int) <-chan net.Conn {
+	accepted := make(chan net.Conn, n)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	return accepted
 }

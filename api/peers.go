@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -31,11 +30,7 @@ var errWaiting = &Error{Status: http.StatusServiceUnavailable, Code: wire.CodeNo
 	Message: "this node has no raft state and waits to be added to a cluster: run `elanous-node peers add` against the cluster"}
 
 // membershipErrors maps the cluster's membership errors.
-var membershipErrors = []struct {
-	err    error
-	status int
-	code   string
-}{
+var membershipErrors = errorMap{
 	{cluster.ErrQuorumAtRisk, http.StatusConflict, wire.CodeQuorumAtRisk},
 	{cluster.ErrPeerExists, http.StatusConflict, wire.CodePeerExists},
 	{cluster.ErrDirectoryFormat, http.StatusConflict, wire.CodeFormatTooOld},
@@ -45,10 +40,8 @@ var membershipErrors = []struct {
 // membershipError maps err to an *Error when it is a membership error, and
 // returns it unchanged otherwise (the error handler maps the rest).
 func membershipError(err error) error {
-	for _, m := range membershipErrors {
-		if errors.Is(err, m.err) {
-			return &Error{Status: m.status, Code: m.code, Message: err.Error()}
-		}
+	if ae, ok := membershipErrors.lookup(err); ok {
+		return ae
 	}
 	return err
 }

@@ -123,6 +123,20 @@ func newSeededOneDown(t *testing.T) (tc *testCluster, li, up, down int) {
 	return tc, li, up, down
 }
 
+// waitForgets waits, up to timeout each, until every node of indexes
+// neither lists machine in its directory nor resolves it.
+func (tc *testCluster) waitForgets(machine string, timeout time.Duration, indexes ...int) {
+	tc.t.Helper()
+	for _, i := range indexes {
+		n := tc.nodes[i]
+		testutil.WaitFor(tc.t, n.ID()+" forgets "+machine, timeout, func() bool {
+			_, listed := n.directoryEntry(machine)
+			_, resolved := n.Candidate(machine)
+			return !listed && !resolved
+		})
+	}
+}
+
 // addWaiting starts a node named id without Raft state and with bootstrap
 // off, connected to every node; it returns its index and the spec to add it
 // with. Its configured candidates are the cluster's and itself.

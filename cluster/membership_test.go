@@ -229,14 +229,7 @@ func TestNode_RemovePeer_Force(t *testing.T) {
 	if tc.suffrage(li, a) != "" {
 		t.Errorf("%s still a server after a forced removal", a)
 	}
-	for _, i := range []int{li, down} {
-		n := tc.nodes[i]
-		testutil.WaitFor(t, n.ID()+" forgets "+a, 5*time.Second, func() bool {
-			_, listed := n.directoryEntry(a)
-			_, resolved := n.Candidate(a)
-			return !listed && !resolved
-		})
-	}
+	tc.waitForgets(a, 5*time.Second, li, down)
 }
 
 func TestNode_RemovePeer_LastVoter(t *testing.T) {
@@ -260,14 +253,7 @@ func TestNode_RemovePeer_Leader(t *testing.T) {
 		t.Fatalf("the removed leader still leads")
 	}
 	// The next leader drops the old leader's entry.
-	for _, i := range tc.others(li) {
-		n := tc.nodes[i]
-		testutil.WaitFor(t, n.ID()+" forgets "+old, 10*time.Second, func() bool {
-			_, ok := n.directoryEntry(old)
-			_, resolved := n.Candidate(old)
-			return !ok && !resolved
-		})
-	}
+	tc.waitForgets(old, 10*time.Second, tc.others(li)...)
 }
 
 func TestNode_DemotePromote(t *testing.T) {

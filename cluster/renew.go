@@ -143,15 +143,26 @@ func (n *Node) renewOnLeader(ctx context.Context, l *leadership, cmd fsm.Command
 		return Renewed{}, err
 	}
 	j, err := n.fsm.JudgeRenewal(cmd, l.now())
+	if r, answered, err := n.answerFromState(j, err); answered {
+		return r, err
+	}
+	return n.proposeRenewal(ctx, fsm.WithSlack(cmd, n.renewSlack(j.TTLMs)))
+}
+
+// answerFromState answers a renewal judged (j, err) after a confirmation
+// round when the state decides it: a refusal, or the value of a record the
+// state covers; each counts in its outcome. answered is false when the
+// renewal needs a write.
+func (n *Node) answerFromState(j fsm.Renewal, err error) (r Renewed, answered bool, _ error) {
 	switch {
 	case err != nil:
 		n.renewals.outcomes[renewRefused].Add(1)
-		return Renewed{}, err
+		return Renewed{}, true, err
 	case j.Covered:
 		n.renewals.outcomes[renewCovered].Add(1)
-		return Renewed{Value: j.Value}, nil
+		return Renewed{Value: j.Value}, true, nil
 	}
-	return n.proposeRenewal(ctx, fsm.WithSlack(cmd, n.renewSlack(j.TTLMs)))
+	return Renewed{}, false, nil
 }
 
 func (n *Node) proposeRenewal(ctx context.Context, cmd fsm.Command) (Renewed, error) {
@@ -188,14 +199,8 @@ func (n *Node) renewOnFollower(ctx context.Context, cmd fsm.Command) (Renewed, e
 		n.renewals.outcomes[renewForwarded].Add(1)
 		return Renewed{}, ErrNotLeader
 	}
-	j, err := n.fsm.JudgeRenewal(cmd, c.Now)
-	switch {
-	case err != nil:
-		n.renewals.outcomes[renewRefused].Add(1)
-		return Renewed{}, err
-	case j.Covered:
-		n.renewals.outcomes[renewCovered].Add(1)
-		return Renewed{Value: j.Value}, nil
+	if r, answered, err := n.answerFromState(n.fsm.JudgeRenewal(cmd, c.Now)); answered {
+		return r, err
 	}
 	n.renewals.outcomes[renewForwarded].Add(1)
 	return Renewed{}, ErrNotLeader

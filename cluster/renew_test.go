@@ -58,6 +58,16 @@ func mustRenew(t *testing.T, n *Node, cmd fsm.Command) Renewed {
 	return r
 }
 
+// renewM1Cluster is renewCluster(t, slack) with machine:m1 registered (TTL
+// 60 s) on its leader; it returns the leader and a follower.
+func renewM1Cluster(t *testing.T, slack float64) (tc *testCluster, leader, follower *Node) {
+	t.Helper()
+	tc, li := renewCluster(t, slack)
+	leader, follower = tc.nodes[li], tc.nodes[(li+1)%3]
+	mustPropose(t, leader, register("m1", 60_000))
+	return tc, leader, follower
+}
+
 // mustRenewWrite renews cmd on the leader n once n's cluster time has passed
 // the last applied time, so the renewal is a write with the slack. A renewal
 // judged in the same millisecond as the record's write is covered by the
@@ -175,10 +185,7 @@ func TestNode_RenewRefusalsWriteNothing(t *testing.T) {
 // A follower forwards (ErrNotLeader) a renewal the state does not cover, and
 // one that changes attrs.
 func TestNode_RenewFollowerForwardsWrites(t *testing.T) {
-	tc, li := renewCluster(t, 0.25)
-	leader := tc.nodes[li]
-	follower := tc.nodes[(li+1)%3]
-	mustPropose(t, leader, register("m1", 60_000))
+	tc, leader, follower := renewM1Cluster(t, 0.25)
 	tc.waitConverged(leader.FSM().AppliedIndex())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -199,10 +206,7 @@ func TestNode_RenewFollowerForwardsWrites(t *testing.T) {
 
 // With the slack off (0) every renewal is a write.
 func TestNode_RenewSlackOffWritesEveryRenewal(t *testing.T) {
-	tc, li := renewCluster(t, 0)
-	leader := tc.nodes[li]
-	follower := tc.nodes[(li+1)%3]
-	mustPropose(t, leader, register("m1", 60_000))
+	_, leader, follower := renewM1Cluster(t, 0)
 	for i := 0; i < 5; i++ {
 		if got := mustRenew(t, leader, heartbeat("machine:m1")); !got.Wrote {
 			t.Fatalf("renewal %d with the slack off wrote nothing", i)

@@ -55,12 +55,8 @@ func TestFSM_ApplyAcquireLease(t *testing.T) {
 			check: port(31451),
 		},
 		{
-			name: "skips excluded ports",
-			cmd: func(*harness) Command {
-				c := acquireCmd(t0, memberCaller, "lease-1")
-				c.Excluded = []int{31452, 31451}
-				return c
-			},
+			name:  "skips excluded ports",
+			cmd:   acquireWith(t0, memberCaller, "lease-1", func(c *AcquireLease) { c.Excluded = []int{31452, 31451} }),
 			check: port(31453),
 		},
 		{
@@ -90,11 +86,7 @@ func TestFSM_ApplyAcquireLease(t *testing.T) {
 		},
 		{
 			name: "ttl capped at 24h",
-			cmd: func(*harness) Command {
-				c := acquireCmd(t0, memberCaller, "lease-1")
-				c.TTLMs = 48 * 3600 * 1000
-				return c
-			},
+			cmd:  acquireWith(t0, memberCaller, "lease-1", func(c *AcquireLease) { c.TTLMs = 48 * 3600 * 1000 }),
 			check: func(t *testing.T, h *harness, res interface{}) {
 				l := res.(PortLease)
 				if l.TTLMs != wire.MaxLeaseTTLMs || l.ExpiresAt != t0+wire.MaxLeaseTTLMs {
@@ -104,11 +96,7 @@ func TestFSM_ApplyAcquireLease(t *testing.T) {
 		},
 		{
 			name: "idempotency key from the same owner returns the live lease",
-			cmd: func(h *harness) Command {
-				c := acquireCmd(t0, memberCaller, "lease-retry")
-				c.IdempotencyKey = "idem-base"
-				return c
-			},
+			cmd:  acquireWith(t0, memberCaller, "lease-retry", func(c *AcquireLease) { c.IdempotencyKey = "idem-base" }),
 			check: func(t *testing.T, h *harness, res interface{}) {
 				l := res.(PortLease)
 				if l.Port != 31450 || l.LeaseID != "lease-base" || l.Fence != 3 {
@@ -124,11 +112,7 @@ func TestFSM_ApplyAcquireLease(t *testing.T) {
 		},
 		{
 			name: "idempotency key from another owner gets a new port",
-			cmd: func(h *harness) Command {
-				c := acquireCmd(t0, otherCaller, "lease-other")
-				c.IdempotencyKey = "idem-base"
-				return c
-			},
+			cmd:  acquireWith(t0, otherCaller, "lease-other", func(c *AcquireLease) { c.IdempotencyKey = "idem-base" }),
 			check: func(t *testing.T, h *harness, res interface{}) {
 				l := res.(PortLease)
 				if l.Port != 31451 || l.LeaseID != "lease-other" || l.Owner != otherCaller.Owner {
@@ -146,11 +130,7 @@ func TestFSM_ApplyAcquireLease(t *testing.T) {
 				c.TTLMs, c.IdempotencyKey = 1000, "idem-1"
 				h.mustApply(c)
 			},
-			cmd: func(h *harness) Command {
-				c := acquireCmd(t0+1000, memberCaller, "lease-2")
-				c.IdempotencyKey = "idem-1"
-				return c
-			},
+			cmd:     acquireWith(t0+1000, memberCaller, "lease-2", func(c *AcquireLease) { c.IdempotencyKey = "idem-1" }),
 			wantErr: []error{ErrIdempotencyKeyUsed},
 		},
 		{
@@ -161,11 +141,7 @@ func TestFSM_ApplyAcquireLease(t *testing.T) {
 				h.mustApply(c)
 				h.mustApply(Sweep{Header: Header{Now: t0 + IdempotencyRetentionMs}})
 			},
-			cmd: func(h *harness) Command {
-				c := acquireCmd(t0+IdempotencyRetentionMs, memberCaller, "lease-2")
-				c.IdempotencyKey = "idem-1"
-				return c
-			},
+			cmd: acquireWith(t0+IdempotencyRetentionMs, memberCaller, "lease-2", func(c *AcquireLease) { c.IdempotencyKey = "idem-1" }),
 			check: func(t *testing.T, h *harness, res interface{}) {
 				if l := res.(PortLease); l.LeaseID != "lease-2" || l.Fence != h.index {
 					t.Errorf("Apply() = %+v, want lease-2 at fence %d", l, h.index)
@@ -193,30 +169,18 @@ func TestFSM_ApplyAcquireLease(t *testing.T) {
 		invalid("band end above 65535", func(c *AcquireLease) { c.BandEnd = 70000 }),
 		invalid("idempotency key too long", func(c *AcquireLease) { c.IdempotencyKey = strings.Repeat("k", wire.MaxIdempotencyKey+1) }),
 		{
-			name: "band exhausted",
-			cmd: func(*harness) Command {
-				c := acquireCmd(t0, memberCaller, "lease-1")
-				c.BandStart, c.BandEnd = 31450, 31450
-				return c
-			},
+			name:    "band exhausted",
+			cmd:     acquireWith(t0, memberCaller, "lease-1", func(c *AcquireLease) { c.BandStart, c.BandEnd = 31450, 31450 }),
 			wantErr: []error{ErrBandExhausted},
 		},
 		{
-			name: "band exhausted by exclusions",
-			cmd: func(*harness) Command {
-				c := acquireCmd(t0, memberCaller, "lease-1")
-				c.BandStart, c.BandEnd, c.Excluded = 31451, 31452, []int{31451, 31452}
-				return c
-			},
+			name:    "band exhausted by exclusions",
+			cmd:     acquireWith(t0, memberCaller, "lease-1", func(c *AcquireLease) { c.BandStart, c.BandEnd, c.Excluded = 31451, 31452, []int{31451, 31452} }),
 			wantErr: []error{ErrBandExhausted},
 		},
 		{
-			name: "machine token for another machine",
-			cmd: func(*harness) Command {
-				c := acquireCmd(t0, mbpCaller, "lease-1")
-				c.Machine = "studio"
-				return c
-			},
+			name:    "machine token for another machine",
+			cmd:     acquireWith(t0, mbpCaller, "lease-1", func(c *AcquireLease) { c.Machine = "studio" }),
 			wantErr: []error{ErrForbidden},
 		},
 	}
@@ -327,6 +291,14 @@ func TestFSM_ApplyReleaseLease(t *testing.T) {
 		refused("machine token of another machine", mbpLease, releaseCmd(t0, Caller{Owner: mbpCaller.Owner, Machine: "studio"}, 31451, "lease-1"), ErrForbidden),
 	}
 	runApplyCases(t, cases)
+}
+
+// acquireWith returns a cmd function for acquireCmd(now, caller, leaseID)
+// changed by mutate.
+func acquireWith(now int64, caller Caller, leaseID string, mutate func(*AcquireLease)) func(*harness) Command {
+	c := acquireCmd(now, caller, leaseID)
+	mutate(&c)
+	return constant(c)
 }
 
 // refused is the case of cmd, applied after setup (nil: none), refused with want.

@@ -304,42 +304,35 @@ func (st *state) rebuildIndexes() {
 
 // sortedLeases returns the leases sorted by port.
 func (st *state) sortedLeases() []PortLease {
-	out := make([]PortLease, 0, len(st.leases))
-	for _, l := range st.leases {
-		out = append(out, l)
-	}
-	slices.SortFunc(out, func(a, b PortLease) int { return cmp.Compare(a.Port, b.Port) })
-	return out
+	return sortedValues(st.leases, func(l PortLease) int { return l.Port })
 }
 
 // sortedTokens returns the tokens sorted by machine.
 func (st *state) sortedTokens() []MemberToken {
-	out := make([]MemberToken, 0, len(st.tokens))
-	for _, t := range st.tokens {
-		out = append(out, t)
-	}
-	slices.SortFunc(out, func(a, b MemberToken) int { return cmp.Compare(a.Machine, b.Machine) })
-	return out
+	return sortedValues(st.tokens, func(t MemberToken) string { return t.Machine })
 }
 
 // sortedCandidates returns the candidate directory sorted by machine.
 func (st *state) sortedCandidates() []Candidate {
-	out := make([]Candidate, 0, len(st.candidates))
-	for _, c := range st.candidates {
-		out = append(out, c)
-	}
-	slices.SortFunc(out, func(a, b Candidate) int { return cmp.Compare(a.Machine, b.Machine) })
-	return out
+	return sortedValues(st.candidates, func(c Candidate) string { return c.Machine })
 }
 
 // sortedIdem returns the remembered keys sorted by key (nil when none, as
 // the snapshot document omits an empty list).
 func (st *state) sortedIdem() []idemRecord {
-	var out []idemRecord
-	for _, rec := range st.idem {
-		out = append(out, rec)
+	if len(st.idem) == 0 {
+		return nil
 	}
-	slices.SortFunc(out, func(a, b idemRecord) int { return cmp.Compare(a.Key, b.Key) })
+	return sortedValues(st.idem, func(r idemRecord) string { return r.Key })
+}
+
+// sortedValues returns m's values sorted by key (empty, not nil, when m is).
+func sortedValues[K comparable, V any, O cmp.Ordered](m map[K]V, key func(V) O) []V {
+	out := make([]V, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	slices.SortFunc(out, func(a, b V) int { return cmp.Compare(key(a), key(b)) })
 	return out
 }
 

@@ -132,11 +132,9 @@ func TestHeartbeat_Decisions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				n := newFakeNet()
-				n.setPrimary(hostA, primaryOf(hostA, "a", 1))
+				n, c := oneHostPrimaryA(t)
 				n.script(hostA+" register", tt.register...)
 				n.script(hostA+" heartbeat", tt.heartbeats...)
-				c := fakeClient(t, n, tokenA, hostA)
 				interval := tt.interval
 				if interval == 0 {
 					interval = DefaultHeartbeatInterval
@@ -232,6 +230,14 @@ func startLease(t *testing.T, ctx context.Context, n *fakeNet, c *Client, port i
 		t.Fatalf("StartPortLease() error = %v", err)
 	}
 	return k, rec
+}
+
+// oneHostPrimaryA is a fake net of host a, which names itself the primary
+// (generation 1), and a client of it.
+func oneHostPrimaryA(t *testing.T) (*fakeNet, *Client) {
+	n := newFakeNet()
+	n.setPrimary(hostA, primaryOf(hostA, "a", 1))
+	return n, fakeClient(t, n, tokenA, hostA)
 }
 
 // twoHostsPrimaryA is a fake net of hosts a and b that both name a the
@@ -429,11 +435,9 @@ func TestPortLease_FirstRenewal(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				n := newFakeNet()
-				n.setPrimary(hostA, primaryOf(hostA, "a", 1))
+				n, c := oneHostPrimaryA(t)
 				n.script(hostA+" renew", tt.answers...)
 				n.setDefault(hostA+" renew", status(http.StatusTeapot))
-				c := fakeClient(t, n, tokenA, hostA)
 				rec := &leaseRecorder{start: n.start}
 				k, err := StartPortLease(t.Context(), 31499, "lease-1", testLeaseConfig(c, rec))
 				if (err != nil) != tt.wantErr {

@@ -49,9 +49,7 @@ func TestStartHeartbeat_Validation(t *testing.T) {
 // requests against member.ts register() and tick().
 func TestHeartbeat_Bodies(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := newFakeNet()
-		n.setPrimary(hostA, primaryOf(hostA, "a", 1))
-		c := fakeClient(t, n, tokenA, hostA)
+		n, c := oneHostPrimaryA(t)
 		hb, err := StartHeartbeat(t.Context(), testHeartbeatConfig(c, DefaultHeartbeatInterval))
 		if err != nil {
 			t.Fatalf("StartHeartbeat() error = %v", err)
@@ -110,10 +108,8 @@ func jsonEqual(t *testing.T, got, want string) bool {
 // there re-registers at once.
 func TestHeartbeat_InstanceRefresh(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := newFakeNet()
-		n.setPrimary(hostA, primaryOf(hostA, "a", 1))
+		n, c := oneHostPrimaryA(t)
 		n.script(hostA+" instance-heartbeat", status(200), status(404))
-		c := fakeClient(t, n, tokenA, hostA)
 		hb, err := StartHeartbeat(t.Context(), testHeartbeatConfig(c, DefaultHeartbeatInterval))
 		if err != nil {
 			t.Fatalf("StartHeartbeat() error = %v", err)
@@ -182,10 +178,8 @@ func TestHeartbeat_LogsReasonChanges(t *testing.T) {
 // (`controller.abort()`): Stop does not wait for the 5 s request timeout.
 func TestHeartbeat_StopAbortsInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := newFakeNet()
-		n.setPrimary(hostA, primaryOf(hostA, "a", 1))
+		n, c := oneHostPrimaryA(t)
 		n.setDefault(hostA+" heartbeat", hang)
-		c := fakeClient(t, n, tokenA, hostA)
 		hb, err := StartHeartbeat(t.Context(), testHeartbeatConfig(c, DefaultHeartbeatInterval))
 		if err != nil {
 			t.Fatalf("StartHeartbeat() error = %v", err)
@@ -211,9 +205,7 @@ func TestHeartbeat_StopAbortsInFlight(t *testing.T) {
 
 func TestHeartbeat_ContextCancelStops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := newFakeNet()
-		n.setPrimary(hostA, primaryOf(hostA, "a", 1))
-		c := fakeClient(t, n, tokenA, hostA)
+		_, c := oneHostPrimaryA(t)
 		ctx, cancel := context.WithCancel(t.Context())
 		hb, err := StartHeartbeat(ctx, testHeartbeatConfig(c, DefaultHeartbeatInterval))
 		if err != nil {

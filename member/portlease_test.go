@@ -102,10 +102,8 @@ func TestPortLease_SuccessAfterDeadlineIsLost(t *testing.T) {
 // pending;` before the DELETE, which tolerates 403 and 404.
 func TestPortLease_StopWaitsForRenewal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := newFakeNet()
-		n.setPrimary(hostA, primaryOf(hostA, "a", 1))
+		n, c := oneHostPrimaryA(t)
 		n.script(hostA+" renew", status(200), hang)
-		c := fakeClient(t, n, tokenA, hostA)
 		k, rec := startLease(t, t.Context(), n, c, 31450, "lease-1", nil)
 		time.Sleep(30*time.Second + 500*time.Millisecond) // a renewal is in flight since 30 s
 		if err := k.Stop(t.Context()); err != nil {
@@ -141,10 +139,8 @@ func TestPortLease_StopRelease(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				n := newFakeNet()
-				n.setPrimary(hostA, primaryOf(hostA, "a", 1))
+				n, c := oneHostPrimaryA(t)
 				n.setDefault(hostA+" release", tt.answer)
-				c := fakeClient(t, n, tokenA, hostA)
 				k, _ := startLease(t, t.Context(), n, c, 31450, "lease-1", nil)
 				err := k.Stop(t.Context())
 				if (err != nil) != tt.wantErr {
@@ -162,10 +158,8 @@ func TestPortLease_StopRelease(t *testing.T) {
 // may call Stop without deadlocking.
 func TestPortLease_LostOnceCallbackMayStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := newFakeNet()
-		n.setPrimary(hostA, primaryOf(hostA, "a", 1))
+		n, c := oneHostPrimaryA(t)
 		n.script(hostA+" renew", status(200), status(409))
-		c := fakeClient(t, n, tokenA, hostA)
 		var mu sync.Mutex
 		calls, stopErr := 0, error(nil)
 		var k *PortLeaseKeeper
@@ -200,11 +194,9 @@ func TestPortLease_LostOnceCallbackMayStop(t *testing.T) {
 // success, retrying every 500 ms in between.
 func TestPortLease_ShortTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := newFakeNet()
-		n.setPrimary(hostA, primaryOf(hostA, "a", 1))
+		n, c := oneHostPrimaryA(t)
 		n.script(hostA+" renew", status(200))
 		n.setDefault(hostA+" renew", status(500))
-		c := fakeClient(t, n, tokenA, hostA)
 		k, rec := startLease(t, t.Context(), n, c, 31450, "lease-1", func(cfg *PortLeaseConfig) {
 			cfg.TTL, cfg.Interval, cfg.Retry = 3*time.Second, 500*time.Millisecond, 500*time.Millisecond
 		})
@@ -226,10 +218,8 @@ func TestPortLease_ShortTTL(t *testing.T) {
 // 590 s, not at the 100 s retry.
 func TestPortLease_RetryBoundedByDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := newFakeNet()
-		n.setPrimary(hostA, primaryOf(hostA, "a", 1))
+		n, c := oneHostPrimaryA(t)
 		n.script(hostA+" renew", status(200), status(500), status(200))
-		c := fakeClient(t, n, tokenA, hostA)
 		k, rec := startLease(t, t.Context(), n, c, 31450, "lease-1", func(cfg *PortLeaseConfig) {
 			cfg.Interval, cfg.Retry = 580*time.Second, 100*time.Second
 		})
@@ -249,9 +239,7 @@ func TestPortLease_RetryBoundedByDeadline(t *testing.T) {
 
 func TestPortLease_ContextCancelStopsWithoutRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := newFakeNet()
-		n.setPrimary(hostA, primaryOf(hostA, "a", 1))
-		c := fakeClient(t, n, tokenA, hostA)
+		n, c := oneHostPrimaryA(t)
 		rec := &leaseRecorder{start: n.start}
 		ctx, cancel := context.WithCancel(t.Context())
 		_, err := StartPortLease(ctx, 31450, "lease-1", testLeaseConfig(c, rec))

@@ -2,6 +2,8 @@ package check
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 )
@@ -37,11 +39,7 @@ func CheckLeaseIntervals(h []Op) []Violation {
 		}
 	}
 	var all []*holding
-	clients := make([]int, 0, len(perClient))
-	for c := range perClient {
-		clients = append(clients, c)
-	}
-	sort.Ints(clients)
+	clients := slices.Sorted(maps.Keys(perClient))
 	for _, c := range clients {
 		ops := perClient[c]
 		sortByCall(ops)
@@ -93,11 +91,7 @@ func CheckLeaseIntervals(h []Op) []Violation {
 			perPort[hd.port] = append(perPort[hd.port], hd)
 		}
 	}
-	ports := make([]int, 0, len(perPort))
-	for p := range perPort {
-		ports = append(ports, p)
-	}
-	sort.Ints(ports)
+	ports := slices.Sorted(maps.Keys(perPort))
 	for _, p := range ports {
 		hs := perPort[p]
 		sort.Slice(hs, func(i, j int) bool { return hs[i].start < hs[j].start })
@@ -138,11 +132,7 @@ func CheckGenerations(h []Op) []Violation {
 			perClient[o.Client] = append(perClient[o.Client], o)
 		}
 	}
-	clients := make([]int, 0, len(perClient))
-	for c := range perClient {
-		clients = append(clients, c)
-	}
-	sort.Ints(clients)
+	clients := slices.Sorted(maps.Keys(perClient))
 	for _, c := range clients {
 		ops := perClient[c]
 		sortByCall(ops)

@@ -2,6 +2,8 @@ package check
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -250,19 +252,11 @@ func leaseOperations(h []Op) []porcupine.Operation {
 		}
 		return grant{}, false
 	}
-	sorted := make([]int, 0, len(ports))
-	for p := range ports {
-		sorted = append(sorted, p)
-	}
-	sort.Ints(sorted)
+	sorted := slices.Sorted(maps.Keys(ports))
 
 	var ops []porcupine.Operation
 	add := func(o Op, in leaseInput, out leaseOutput) {
-		ret := o.Return
-		if out.Result == rUnknown {
-			ret = Infinity
-		}
-		ops = append(ops, porcupine.Operation{ClientId: o.Client, Input: in, Call: o.Call, Output: out, Return: ret, Metadata: o.String()})
+		ops = append(ops, operation(o, in, out, out.Result == rUnknown))
 	}
 	for _, o := range h {
 		switch o.Kind {
@@ -306,6 +300,16 @@ func leaseOperations(h []Op) []porcupine.Operation {
 		}
 	}
 	return ops
+}
+
+// operation is o as a porcupine operation with input in and output out; one
+// whose outcome is unknown never returns (Return is Infinity).
+func operation(o Op, in, out any, unknown bool) porcupine.Operation {
+	ret := o.Return
+	if unknown {
+		ret = Infinity
+	}
+	return porcupine.Operation{ClientId: o.Client, Input: in, Call: o.Call, Output: out, Return: ret, Metadata: o.String()}
 }
 
 func partitionBy(history []porcupine.Operation, key func(any) string) [][]porcupine.Operation {
@@ -374,11 +378,7 @@ func CheckIdempotency(h []Op) (violations []Violation, notes []string) {
 			}
 		}
 	}
-	purposes := make([]string, 0, len(byPurpose))
-	for p := range byPurpose {
-		purposes = append(purposes, p)
-	}
-	sort.Strings(purposes)
+	purposes := slices.Sorted(maps.Keys(byPurpose))
 	for _, p := range purposes {
 		rs := byPurpose[p]
 		if len(rs) < 2 {

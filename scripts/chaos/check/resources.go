@@ -3,7 +3,8 @@ package check
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/anishathalye/porcupine"
@@ -139,19 +140,11 @@ func resourceOperations(h []Op) []porcupine.Operation {
 			}
 		}
 	}
-	ids := make([]string, 0, len(idSet))
-	for id := range idSet {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
+	ids := slices.Sorted(maps.Keys(idSet))
 
 	var ops []porcupine.Operation
 	add := func(o Op, in resInput, out resOutput) {
-		ret := o.Return
-		if out.Result == rUnknown {
-			ret = Infinity
-		}
-		ops = append(ops, porcupine.Operation{ClientId: o.Client, Input: in, Call: o.Call, Output: out, Return: ret, Metadata: o.String()})
+		ops = append(ops, operation(o, in, out, out.Result == rUnknown))
 	}
 	for _, o := range h {
 		var k resOpKind

@@ -3,6 +3,10 @@
 // `elanous-node serve` inside its own network namespace and in its own process
 // group, and kills, pauses, resumes and restarts them. It also reads every
 // node's /v1/cluster/status to find the leader and to wait for convergence.
+// The processes, the config documents, the HTTP reads and the polling loop
+// are internal/testcluster's, shared with the end-to-end tests and
+// compare-etcd; what is the fault suite's own (namespaces, clock offsets,
+// process epochs, convergence and divergence) is here.
 package harness
 
 import (

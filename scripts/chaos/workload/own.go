@@ -20,22 +20,21 @@ func (w *Workload) owner() string {
 // hold is never granted to the workload meanwhile, so to the models it is
 // simply not there.
 func (w *Workload) ownLeases(ls []wire.PortLease) []wire.PortLease {
-	owner, out := w.owner(), ls[:0]
-	for _, l := range ls {
-		if l.Owner == owner {
-			out = append(out, l)
-		}
-	}
-	return out
+	return keepOwned(ls, w.owner(), func(l wire.PortLease) string { return l.Owner })
 }
 
 // ownResources keeps the resources the workload's clients registered (see
 // ownLeases).
 func (w *Workload) ownResources(rs []wire.Resource) []wire.Resource {
-	owner, out := w.owner(), rs[:0]
-	for _, r := range rs {
-		if r.Owner == owner {
-			out = append(out, r)
+	return keepOwned(rs, w.owner(), func(r wire.Resource) string { return r.Owner })
+}
+
+// keepOwned keeps, in place, the xs whose owner is owner.
+func keepOwned[T any](xs []T, owner string, ownerOf func(T) string) []T {
+	out := xs[:0]
+	for _, x := range xs {
+		if ownerOf(x) == owner {
+			out = append(out, x)
 		}
 	}
 	return out
