@@ -48,7 +48,7 @@ func writeLimit(l wire.NodeLimits) rate.Limit {
 }
 
 // anonymousWait caps the wait of a /v1/primary blocking query without a
-// valid token (an authenticated one may wait MaxWait).
+// valid token (an authenticated one may wait wire.MaxBlockingWait).
 func anonymousWait(l wire.NodeLimits) time.Duration {
 	return time.Duration(l.AnonymousWaitMs) * time.Millisecond
 }

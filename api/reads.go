@@ -11,9 +11,6 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// MaxWait bounds a blocking query's wait (Consul's semantics).
-const MaxWait = 5 * time.Minute
-
 // prepareRead runs the read protocol before a handler reads table locally:
 // a blocking query (?index=N&wait=D) waits for the table's index to pass N,
 // then ?consistent=true makes the read linearizable (on a follower the
@@ -61,7 +58,7 @@ func (s *Server) block(c echo.Context, table fsm.Table) error {
 	if err != nil {
 		return badRequest("query parameter index must be a non-negative integer")
 	}
-	wait := MaxWait
+	wait := wire.MaxBlockingWait
 	if w := c.QueryParam("wait"); w != "" {
 		d, err := time.ParseDuration(w)
 		if err != nil {
@@ -71,7 +68,7 @@ func (s *Server) block(c echo.Context, table fsm.Table) error {
 			}
 			d = time.Duration(ms) * time.Millisecond
 		}
-		if d < 0 || d > MaxWait {
+		if d < 0 || d > wire.MaxBlockingWait {
 			return badRequest("query parameter wait must be between 0 and 5m")
 		}
 		wait = d

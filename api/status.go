@@ -17,7 +17,7 @@ import (
 // claim applied, or on a follower that heard from that leader within the
 // heartbeat timeout and applied its claim; otherwise the last known claim is
 // returned with known false. It takes no token; a blocking query without a
-// valid one waits at most Limits.AnonymousWaitMs (an authenticated one, MaxWait).
+// valid one waits at most Limits.AnonymousWaitMs (an authenticated one, wire.MaxBlockingWait).
 func (s *Server) getPrimary(c echo.Context) error {
 	if c.QueryParam("index") != "" {
 		if _, err := s.authenticate(c.Request()); err != nil {

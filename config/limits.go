@@ -90,9 +90,6 @@ func (l LimitsConfig) Node() wire.NodeLimits {
 	}
 }
 
-// maxBlockingWait is the longest wait of any blocking query (Consul's).
-const maxBlockingWait = 5 * time.Minute
-
 // setLimitDefaults registers the defaults of limits.* and log.audit_file.
 func setLimitDefaults(v *viper.Viper, d Config) {
 	l := d.Limits
@@ -135,8 +132,8 @@ func (c Config) validateLimits(p *problems) {
 	if bqOK && perBQOK && l.BlockingQueriesPerAddress > l.BlockingQueries {
 		p.add("limits.blocking_queries_per_address", "%d must not exceed limits.blocking_queries %d", l.BlockingQueriesPerAddress, l.BlockingQueries)
 	}
-	if l.AnonymousWait < time.Second || l.AnonymousWait > maxBlockingWait {
-		p.add("limits.anonymous_wait", "must be between 1s and %s (got %s)", maxBlockingWait, l.AnonymousWait)
+	if l.AnonymousWait < time.Second || l.AnonymousWait > wire.MaxBlockingWait {
+		p.add("limits.anonymous_wait", "must be between 1s and %s (got %s)", wire.MaxBlockingWait, l.AnonymousWait)
 	}
 	atLeastOne("limits.forward_connections", l.ForwardConnections)
 }

@@ -1,5 +1,12 @@
 package wire
 
+import "time"
+
+// MaxBlockingWait is the longest wait of any blocking query (?index=N&wait=D,
+// Consul's semantics): the API refuses a longer wait, and
+// limits.anonymous_wait may not exceed it.
+const MaxBlockingWait = 5 * time.Minute
+
 // HeaderForwardedFor carries, on a request a follower forwards to the
 // leader, the address of the client that sent it (host:port). The leader
 // believes it only from a candidate's address; it names the client in the
