@@ -17,13 +17,7 @@ func wireResource(r fsm.Resource) wire.Resource {
 	}
 }
 
-func wireResources(rs []fsm.Resource) []wire.Resource {
-	out := make([]wire.Resource, 0, len(rs))
-	for _, r := range rs {
-		out = append(out, wireResource(r))
-	}
-	return out
-}
+func wireResources(rs []fsm.Resource) []wire.Resource { return convertAll(rs, wireResource) }
 
 func wirePortLease(l fsm.PortLease) wire.PortLease {
 	return wire.PortLease{
@@ -33,10 +27,14 @@ func wirePortLease(l fsm.PortLease) wire.PortLease {
 	}
 }
 
-func wirePortLeases(ls []fsm.PortLease) []wire.PortLease {
-	out := make([]wire.PortLease, 0, len(ls))
-	for _, l := range ls {
-		out = append(out, wirePortLease(l))
+func wirePortLeases(ls []fsm.PortLease) []wire.PortLease { return convertAll(ls, wirePortLease) }
+
+// convertAll converts every element of xs with conv (empty, not nil, when xs
+// is: the API answers [] rather than null).
+func convertAll[T, W any](xs []T, conv func(T) W) []W {
+	out := make([]W, 0, len(xs))
+	for _, x := range xs {
+		out = append(out, conv(x))
 	}
 	return out
 }

@@ -25,18 +25,7 @@ func TestE2E_EventsAndTimeline(t *testing.T) {
 	leader, before := c.startAll()
 	survivors := c.running(leader)
 	follower, other := survivors[0], survivors[1]
-	testutil.Poll(t, "format 4 on every node", 30*time.Second, func() error {
-		for _, nd := range c.nodes {
-			st, err := c.getStatus(nd)
-			if err != nil {
-				return err
-			}
-			if st.Format != fsm.MaxFormat {
-				return fmt.Errorf("%s at format %d", nd.id, st.Format)
-			}
-		}
-		return nil
-	})
+	testutil.Poll(t, "format 4 on every node", 30*time.Second, func() error { return c.atFormat(fsm.MaxFormat, c.nodes...) })
 
 	const wait = 20 * time.Second
 	s, r := testutil.OpenSSE(t, nil, follower.url+"/v1/events", c.tokens.Query, nil)

@@ -261,13 +261,7 @@ func TestE2E_Observability(t *testing.T) {
 		nd.proc = startProc(t, nd.dir, nd.id, childEnv("NOTIFY_SOCKET="+sockets[nd.id].path), "serve", "--config", nd.config)
 	}
 	leader, _ := c.waitPrimary(nil, 0, 20*time.Second)
-	var follower *e2eNode
-	for _, nd := range c.nodes {
-		if nd != leader {
-			follower = nd
-			break
-		}
-	}
+	follower := c.running(leader)[0]
 
 	// Writes through the leader and, forwarded, through a follower.
 	testutil.Expect(t, e2eCall(http.MethodPost, leader.url+"/v1/resources/register", c.tokens.Member, registerBody("machine:obs-a", "obs-a")), http.StatusOK)

@@ -66,12 +66,8 @@ func (c *e2eCluster) waitSettled(timeout time.Duration) {
 	c.t.Helper()
 	testutil.Poll(c.t, "every node at the newest format with the whole directory", timeout, func() error {
 		for _, nd := range c.running() {
-			st, err := c.getStatus(nd)
-			if err != nil {
+			if err := c.atFormat(fsm.MaxFormat, nd); err != nil {
 				return err
-			}
-			if st.Format != fsm.MaxFormat {
-				return fmt.Errorf("%s at format %d", nd.id, st.Format)
 			}
 			peers, err := c.peersOf(nd)
 			if err != nil {
@@ -85,6 +81,21 @@ func (c *e2eCluster) waitSettled(timeout time.Duration) {
 		}
 		return nil
 	})
+}
+
+// atFormat returns an error unless each of nodes reports the format level
+// want in GET /v1/cluster/status.
+func (c *e2eCluster) atFormat(want int, nodes ...*e2eNode) error {
+	for _, nd := range nodes {
+		st, err := c.getStatus(nd)
+		if err != nil {
+			return err
+		}
+		if st.Format != want {
+			return fmt.Errorf("%s at format %d", nd.id, st.Format)
+		}
+	}
+	return nil
 }
 
 // snapshotDocument reads a snapshot file and returns its header and document.
@@ -496,13 +507,7 @@ func TestE2E_RollingRestartUnderLoad(t *testing.T) {
 func TestE2E_OpsOverTLS(t *testing.T) {
 	c := buildE2ECluster(t, 3, true)
 	leader, _ := c.startAll()
-	var follower *e2eNode
-	for _, nd := range c.nodes {
-		if nd != leader {
-			follower = nd
-			break
-		}
-	}
+	follower := c.running(leader)[0]
 	a := newAckedWrites()
 	c.register(a, leader, "machine:tls-saved")
 	r := testutil.Send(t, testutil.Call{Method: http.MethodGet, URL: follower.url + "/v1/snapshot", Auth: testutil.Bearer(c.tokens.Admin), Client: e2eClient})

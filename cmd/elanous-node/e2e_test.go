@@ -419,13 +419,7 @@ func TestE2E_TokensNeverOnDisk(t *testing.T) {
 	e2eBinary(t)
 	c := newE2ECluster(t, 3)
 	leader, _ := c.startAll()
-	var follower *e2eNode
-	for _, nd := range c.nodes {
-		if nd != leader {
-			follower = nd
-			break
-		}
-	}
+	follower := c.running(leader)[0]
 
 	// Issued through a follower, which forwards to the leader.
 	issued := testutil.Decode[wire.IssuedToken](t, testutil.Expect(t,

@@ -398,13 +398,7 @@ func TestE2E_TLSReloadOnSIGHUP(t *testing.T) {
 	e2eBinary(t)
 	c := buildE2ECluster(t, 3, true)
 	leader, before := c.startAll()
-	var follower *e2eNode
-	for _, nd := range c.nodes {
-		if nd != leader {
-			follower = nd
-			break
-		}
-	}
+	follower := c.running(leader)[0]
 	statusBefore, err := c.getStatus(leader)
 	if err != nil {
 		t.Fatal(err)

@@ -473,16 +473,7 @@ func TestE2E_MixedVersionUpgrade(t *testing.T) {
 		}
 	}
 	testutil.Poll(t, fmt.Sprintf("format %d on every node once all run this build", fsm.MaxFormat), 30*time.Second, func() error {
-		for _, nd := range c.nodes {
-			st, err := c.getStatus(nd)
-			if err != nil {
-				return err
-			}
-			if st.Format != fsm.MaxFormat {
-				return fmt.Errorf("%s at format %d", nd.id, st.Format)
-			}
-		}
-		return nil
+		return c.atFormat(fsm.MaxFormat, c.nodes...)
 	})
 	progress(fmt.Sprintf("at format %d", fsm.MaxFormat))
 	for i, w := range writers {

@@ -19,12 +19,7 @@ import (
 
 func TestParseOptions_Modes(t *testing.T) {
 	all := defaultRows
-	tests := []struct {
-		name    string
-		args    []string
-		wantErr bool
-		wantOps []string
-	}{
+	tests := []optionsCase{
 		{"soak alone runs no row", []string{"--soak", "30s"}, false, nil},
 		{"calm alone runs no row", []string{"--calm", "20s"}, false, nil},
 		{"watches alone run no row", []string{"--watches", "500"}, false, nil},
@@ -44,17 +39,7 @@ func TestParseOptions_Modes(t *testing.T) {
 		{"unknown fill shape", []string{"--fill", "10", "--fill-shape", "vm"}, true, nil},
 		{"negative backups", []string{"--fill", "10", "--backups", "-1"}, true, nil},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			o, err := parseOptions(append([]string{"--repo", t.TempDir()}, tt.args...), io.Discard)
-			if (err != nil) != tt.wantErr {
-				t.Fatalf("parseOptions(%q) error = %v, want error %v", tt.args, err, tt.wantErr)
-			}
-			if err == nil && !slices.Equal(o.ops, tt.wantOps) {
-				t.Errorf("parseOptions(%q) ops = %q, want %q", tt.args, o.ops, tt.wantOps)
-			}
-		})
-	}
+	runOptionsCases(t, tests)
 }
 
 func TestSchedule_Total(t *testing.T) {

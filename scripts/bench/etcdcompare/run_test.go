@@ -8,12 +8,7 @@ import (
 )
 
 func TestParseOptions(t *testing.T) {
-	tests := []struct {
-		name    string
-		args    []string
-		wantErr bool
-		wantOps []string
-	}{
+	tests := []optionsCase{
 		{"defaults", nil, false, defaultRows},
 		{"keepalive is the renewal row", []string{"--ops", "keepalive,renewal,load"}, false, []string{rowRenewal, rowLoad}},
 		{"open needs a population", []string{"--ops", "open"}, true, nil},
@@ -29,6 +24,20 @@ func TestParseOptions(t *testing.T) {
 		{"zero duration", []string{"--duration", "0s"}, true, nil},
 		{"stray argument", []string{"write"}, true, nil},
 	}
+	runOptionsCases(t, tests)
+}
+
+// optionsCase is a command line (after --repo) and what parseOptions makes
+// of it: an error, or the rows to run.
+type optionsCase struct {
+	name    string
+	args    []string
+	wantErr bool
+	wantOps []string
+}
+
+func runOptionsCases(t *testing.T, tests []optionsCase) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			o, err := parseOptions(append([]string{"--repo", t.TempDir()}, tt.args...), io.Discard)
