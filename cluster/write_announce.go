@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"sync"
 	"time"
 
@@ -194,7 +195,8 @@ func (n *Node) tellCommit(id string, told, toldTerm uint64) (uint64, uint64, boo
 // write committed carries its commit to every follower), appends a barrier
 // entry, which is replicated at once; the state machine never sees it. Calls
 // made meanwhile are served by the same goroutine, so it adds at most one
-// entry per delay, and none while writes flow.
+// entry per delay, and none while writes flow. A barrier the raft loop is too
+// busy to take (raft.ErrEnqueueTimeout) is tried again after the delay.
 func (n *Node) announceBarrier() {
 	b := &n.announce.barrier
 	last := n.raft.LastIndex()
@@ -217,9 +219,16 @@ func (n *Node) announceBarrier() {
 			if n.raft.LastIndex() <= seen {
 				// The barrier is appended after every write committed
 				// before the calls, so its replication carries their commit.
-				_ = n.raft.Barrier(n.cfg.HeartbeatTimeout).Error()
+				err := n.raft.Barrier(n.cfg.HeartbeatTimeout).Error()
 				b.mu.Lock()
-				b.sent++
+				switch {
+				case err == nil:
+					b.sent++
+				case errors.Is(err, raft.ErrEnqueueTimeout):
+					// The raft loop was too busy to take it: the calls
+					// are still unserved, so try again after the delay.
+					b.pending = true
+				}
 				b.mu.Unlock()
 			}
 			b.mu.Lock()
