@@ -69,9 +69,7 @@ func TestFSM_ApplyRegisterResource(t *testing.T) {
 		{
 			name: "upsert after expiry starts a new registration",
 			setup: func(h *harness) {
-				c := registerCmd(t0, memberCaller, "machine:mbp", "mbp")
-				c.TTLMs = 1000
-				h.mustApply(c)
+				registerMbp(h, 1000)
 			},
 			cmd: constant(registerCmd(t0+1000, memberCaller, "machine:mbp", "mbp")),
 			check: func(t *testing.T, h *harness, res interface{}) {
@@ -175,9 +173,7 @@ func TestFSM_ApplyHeartbeatResource(t *testing.T) {
 		h.mustApply(c)
 	}
 	short := func(h *harness) {
-		c := registerCmd(t0, memberCaller, "machine:mbp", "mbp")
-		c.TTLMs = 1000
-		h.mustApply(c)
+		registerMbp(h, 1000)
 	}
 	cases := []applyCase{
 		{
@@ -305,9 +301,7 @@ func TestFSM_ApplyDeleteResource(t *testing.T) {
 		{
 			name: "expired",
 			setup: func(h *harness) {
-				c := registerCmd(t0, memberCaller, "machine:mbp", "mbp")
-				c.TTLMs = 1
-				h.mustApply(c)
+				registerMbp(h, 1)
 			},
 			cmd:     constant(DeleteResource{Header: Header{Now: t0 + 1}, Caller: memberCaller, ID: "machine:mbp"}),
 			wantErr: []error{ErrNotFound},

@@ -18,6 +18,19 @@ func format2(t *testing.T) *harness {
 	return h
 }
 
+// format2Mbp is format2 with a token of machine mbp issued (tokenSumOne),
+// its machine registered and a lease (lease-mbp) acquired through it; it
+// returns the token's caller and the lease.
+func format2Mbp(t *testing.T) (*harness, Caller, PortLease) {
+	t.Helper()
+	h := format2(t)
+	h.mustApply(IssueToken{Header: Header{Now: t0}, Machine: "mbp", SHA256: tokenSumOne})
+	mbp := tokenCaller("d000000000000000", "mbp", tokenSumOne)
+	h.mustApply(registerCmd(t0, mbp, "machine:mbp", "mbp"))
+	l := mustResult[PortLease](h, acquireCmd(t0, mbp, "lease-mbp"))
+	return h, mbp, l
+}
+
 // tokenCaller is a machine token's caller as the API builds it at format 2.
 func tokenCaller(owner, machine, sum string) Caller {
 	return Caller{Owner: owner, Machine: machine, TokenSHA256: sum}
@@ -121,11 +134,7 @@ func TestFSM_Format2MachineIDs(t *testing.T) {
 // A command authorised by a machine token that was revoked, or re-issued,
 // before the command was applied is refused; the current token works.
 func TestFSM_Format2RevokedTokenBites(t *testing.T) {
-	h := format2(t)
-	h.mustApply(IssueToken{Header: Header{Now: t0}, Machine: "mbp", SHA256: tokenSumOne})
-	mbp := tokenCaller("d000000000000000", "mbp", tokenSumOne)
-	h.mustApply(registerCmd(t0, mbp, "machine:mbp", "mbp"))
-	l := mustResult[PortLease](h, acquireCmd(t0, mbp, "lease-mbp"))
+	h, mbp, l := format2Mbp(t)
 
 	// Revoked between authentication and apply.
 	h.mustApply(RevokeToken{Header: Header{Now: t0}, Machine: "mbp"})

@@ -114,6 +114,15 @@ func registerCmd(now int64, caller Caller, id, machine string) RegisterResource 
 	}
 }
 
+// registerMbp registers machine:mbp for memberCaller at t0 with a TTL of
+// ttlMs.
+func registerMbp(h *harness, ttlMs int64) {
+	h.t.Helper()
+	c := registerCmd(t0, memberCaller, "machine:mbp", "mbp")
+	c.TTLMs = ttlMs
+	h.mustApply(c)
+}
+
 func acquireCmd(now int64, caller Caller, leaseID string) AcquireLease {
 	machine := "mbp"
 	if caller.Machine != "" {

@@ -8,11 +8,7 @@ import (
 // Precheck refuses exactly what Apply would refuse for the commands it
 // judges, and changes nothing.
 func TestFSM_Precheck(t *testing.T) {
-	h := format2(t)
-	h.mustApply(IssueToken{Header: Header{Now: t0}, Machine: "mbp", SHA256: tokenSumOne})
-	mbp := tokenCaller("d000000000000000", "mbp", tokenSumOne)
-	h.mustApply(registerCmd(t0, mbp, "machine:mbp", "mbp"))
-	l := mustResult[PortLease](h, acquireCmd(t0, mbp, "lease-mbp"))
+	h, mbp, l := format2Mbp(t)
 	revoked := tokenCaller("d000000000000000", "mbp", tokenSumTwo)
 	cmds := []Command{
 		HeartbeatResource{Header: Header{Now: t0}, Caller: mbp, ID: "machine:mbp"},

@@ -261,9 +261,7 @@ func TestFSM_ApplyClampsNow(t *testing.T) {
 		{
 			name: "sweep expires what is due at lastNow",
 			setup: func(h *harness) {
-				c := registerCmd(t0, memberCaller, "machine:mbp", "mbp")
-				c.TTLMs = late - t0
-				h.mustApply(c)
+				registerMbp(h, late-t0)
 				advance(h)
 			},
 			cmd: constant(Sweep{Header: Header{Now: t0}}),
@@ -287,9 +285,7 @@ func TestFSM_ApplyClampsNow(t *testing.T) {
 		{
 			name: "heartbeat stamped before expiry but applied after",
 			setup: func(h *harness) {
-				c := registerCmd(t0, memberCaller, "machine:mbp", "mbp")
-				c.TTLMs = 5000
-				h.mustApply(c)
+				registerMbp(h, 5000)
 				advance(h)
 			},
 			cmd:     constant(HeartbeatResource{Header: Header{Now: t0 + 1000}, Caller: memberCaller, ID: "machine:mbp"}),
