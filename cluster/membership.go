@@ -260,8 +260,10 @@ func (n *Node) AddPeer(ctx context.Context, spec PeerSpec) (PeerChange, error) {
 		if string(existing.Address) != spec.Raft {
 			return PeerChange{}, fmt.Errorf("%w: %s is a server at raft address %s; remove it first to move it", ErrPeerExists, spec.Machine, existing.Address)
 		}
-		// Keep the intent it has; a voter stays a voter.
-		entry.Voter = existing.Suffrage == raft.Voter
+		// Keep the intent it has; a voter stays a voter. A non-voter with
+		// no directory entry yet is an add that stopped between its two
+		// steps: it takes this call's intent.
+		entry.Voter = existing.Suffrage == raft.Voter || !spec.Nonvoter
 		if old, ok := n.directoryEntry(spec.Machine); ok {
 			entry.Voter = old.Voter
 		}

@@ -126,6 +126,23 @@ func TestNode_AddPeer_PromotesOnceCaughtUp(t *testing.T) {
 	}
 }
 
+// An add that stopped between its two steps (the server is a non-voter in
+// the Raft configuration, with no directory entry: the leader was lost, the
+// client retries) is completed by the next AddPeer with that call's intent.
+func TestNode_AddPeer_CompletesAnInterruptedAdd(t *testing.T) {
+	tc, p, li := newSeededMembership(t)
+	leader := tc.nodes[li]
+	_, spec := tc.addWaiting("node-d", p)
+	if err := leader.raft.AddNonvoter(raft.ServerID(spec.Machine), raft.ServerAddress(spec.Raft), 0, 5*time.Second).Error(); err != nil {
+		t.Fatalf("AddNonvoter() error = %v", err)
+	}
+	change, err := leader.AddPeer(context.Background(), spec)
+	if err != nil || change.Created || !change.Peer.WantVoter {
+		t.Fatalf("AddPeer() after an interrupted add = %+v, %v; want the existing server, wanting to vote", change, err)
+	}
+	testutil.WaitFor(t, "node-d promoted", 10*time.Second, func() bool { return tc.suffrage(li, "node-d") == SuffrageVoter })
+}
+
 func TestNode_AddPeer_Nonvoter(t *testing.T) {
 	tc, p, li := newSeededMembership(t)
 	leader := tc.nodes[li]

@@ -235,6 +235,27 @@ func bindStale(cmd *cobra.Command, stale *bool) {
 	cmd.Flags().BoolVar(stale, "stale", false, "read the candidate's local state instead of a consistent read through the leader (faster; may lag)")
 }
 
+// untilAnswered runs an idempotent call until it is answered: while the
+// server is unreachable or answers 503 (no leader, as during an election) it
+// re-resolves the primary and tries again, every retryPause, until ctx ends.
+func untilAnswered(ctx context.Context, c *member.Client, call func(context.Context) error) error {
+	for {
+		err := call(ctx)
+		if err == nil || !member.IsRetryable(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(retryPause):
+		}
+		_, _ = c.Reresolve(ctx)
+	}
+}
+
+// retryPause is the pause between two tries of untilAnswered.
+const retryPause = 250 * time.Millisecond
+
 // withRetry runs call and, when the server was unreachable or answered 503,
 // re-resolves the primary and runs it once more — the member library's
 // failover rule, for one-shot commands.

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -421,5 +423,40 @@ func TestMemberRunCmd(t *testing.T) {
 	}
 	if instanceReg.ID != "instance:mbp/member" || instanceReg.Endpoint != "http://10.0.0.9:31414" || instanceReg.Kind != "instance" {
 		t.Errorf("instance register = %+v", instanceReg)
+	}
+}
+
+// untilAnswered tries an idempotent call again while the answer is
+// retryable (unreachable, 503), and stops at the first other answer or when
+// its context ends.
+func TestUntilAnswered(t *testing.T) {
+	f := newFakeCandidate(t, "node-a", "node-a", 2)
+	c, err := member.NewClient(member.ClientConfig{URL: f.URL, Token: cliTokenA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	err = untilAnswered(context.Background(), c, func(context.Context) error {
+		if calls++; calls < 3 {
+			return fmt.Errorf("add: %w", member.ErrUnreachable)
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Errorf("untilAnswered = %v after %d calls, want nil after 3 (two unreachable, then an answer)", err, calls)
+	}
+
+	refused := errors.New("409 peer-exists")
+	calls = 0
+	if err := untilAnswered(context.Background(), c, func(context.Context) error { calls++; return refused }); !errors.Is(err, refused) || calls != 1 {
+		t.Errorf("untilAnswered = %v after %d calls, want the refusal after 1", err, calls)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*retryPause)
+	defer cancel()
+	calls = 0
+	err = untilAnswered(ctx, c, func(context.Context) error { calls++; return member.ErrUnreachable })
+	if !errors.Is(err, member.ErrUnreachable) || calls < 2 || ctx.Err() == nil {
+		t.Errorf("untilAnswered = %v after %d calls, want the last unreachable error once the context ended", err, calls)
 	}
 }

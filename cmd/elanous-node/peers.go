@@ -130,8 +130,10 @@ unless --nonvoter is given, when it stays a non-voter (it serves reads and
 forwards writes, but does not vote).
 
 Adding a machine that is already a server at that Raft address only brings
-its URL up to date. A machine that is a server at another address must be
-removed first.
+its URL up to date (and completes an add that stopped half way). A machine
+that is a server at another address must be removed first. Since adding is
+idempotent, the command tries again while there is no leader to take it (503
+or an unreachable server, as during an election), for up to 15 s.
 
 With --wait the command returns only once the server is a voter (or, with
 --nonvoter, caught up), printing how long that took; it fails when --wait
@@ -157,7 +159,7 @@ passes first.`,
 			defer cancel()
 			started := time.Now()
 			var peer wire.Peer
-			err = withRetry(ctx, c, func(ctx context.Context) (err error) {
+			err = untilAnswered(ctx, c, func(ctx context.Context) (err error) {
 				peer, err = c.AddPeer(ctx, req)
 				return err
 			})
