@@ -75,10 +75,12 @@ func reportCPUPerOp(b *testing.B, start time.Duration, ops int) {
 	}
 }
 
-// proposeAcquire acquires a lease through Propose; safe on any goroutine.
+// proposeAcquire acquires a lease through Propose for machine bench-owner
+// (each owner its own machine, under limits.leases_per_machine); safe on
+// any goroutine.
 func proposeAcquire(node *cluster.Node, owner string, n int64) (fsm.PortLease, error) {
 	res, err := node.Propose(context.Background(), fsm.AcquireLease{
-		Caller: fsm.Caller{Owner: owner}, LeaseID: fmt.Sprintf("bench-%s-%d", owner, n), Machine: "bench",
+		Caller: fsm.Caller{Owner: owner}, LeaseID: fmt.Sprintf("bench-%s-%d", owner, n), Machine: "bench-" + owner,
 		Purpose: "bench", TTLMs: memberTTL, BandStart: bandStart, BandEnd: bandEnd,
 	})
 	if err != nil {
@@ -153,8 +155,12 @@ func BenchmarkHTTP_LeaseRenew(b *testing.B) {
 	c := benchCluster(b)
 	leader, follower := c.Nodes[c.Leader()], c.Nodes[c.Follower()]
 	member := c.Tokens.Member
+	// Each lease is on a machine of its own: a machine holds at most
+	// limits.leases_per_machine leases, fewer than the parallel clients.
+	var machines atomic.Int64
 	acquireHTTP := func(url string) (testutil.Call, error) {
-		r, err := testutil.Do(testutil.JSONCall(http.MethodPost, url+"/v1/leases/port", member, wire.AcquireRequest{Machine: "bench", Purpose: "http", TTLMs: memberTTL}))
+		machine := fmt.Sprintf("bench-%d", machines.Add(1))
+		r, err := testutil.Do(testutil.JSONCall(http.MethodPost, url+"/v1/leases/port", member, wire.AcquireRequest{Machine: machine, Purpose: "http", TTLMs: memberTTL}))
 		if err != nil || r.Status != http.StatusCreated {
 			return testutil.Call{}, fmt.Errorf("acquire = %v %v, want 201", r, err)
 		}
