@@ -2,11 +2,13 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/elanous/elanous-node/fsm"
 	"github.com/elanous/elanous-node/internal/testutil"
+	"github.com/hashicorp/raft"
 )
 
 // AnnounceCommit tells the follower that forwarded a write the commit index
@@ -44,27 +46,51 @@ func TestAnnounceCommit_TellsTheFollower(t *testing.T) {
 }
 
 // A follower that cannot be told directly (here: unreachable) gets the
-// commit with the next entry: AnnounceCommit falls back to a barrier.
+// commit with the next entry: AnnounceCommit falls back to a barrier. An
+// attempt during which leadership moved, or another entry was appended (it
+// carries the commit, so no barrier is due), is made again, up to three
+// times.
 func TestAnnounceCommit_FallsBackToABarrier(t *testing.T) {
 	tc := newTestCluster(t, 3, func(_ int, c *Config) {
 		c.CommitTimeout = time.Minute
 		c.SweepInterval = time.Hour
 	})
-	li := tc.readyLeader()
-	leader := tc.nodes[li]
-	fi := (li + 1) % 3
-	if _, err := leader.Propose(context.Background(), fsm.RegisterResource{Caller: fsm.Caller{Owner: "o1"},
-		ID: "machine:m1", Kind: "machine", Name: "m1", Machine: "m1", TTLMs: 60_000}); err != nil {
-		t.Fatalf("Propose(register) error = %v", err)
+	var leader *Node
+	var barriers, told uint64
+	for attempt := 1; ; attempt++ {
+		li := tc.readyLeader()
+		leader = tc.nodes[li]
+		fi := (li + 1) % 3
+		tc.waitFormat(li, fsm.MaxFormat)
+		if _, err := leader.Propose(context.Background(), fsm.RegisterResource{Caller: fsm.Caller{Owner: "o1"},
+			ID: "machine:m1", Kind: "machine", Name: "m1", Machine: "m1", TTLMs: 60_000}); err != nil {
+			t.Fatalf("Propose(register) error = %v", err)
+		}
+		tc.isolate(fi)
+		barriers, told = leader.Announcements(), leader.DirectAnnouncements()
+		term, before := leader.Raft().CurrentTerm(), leader.Raft().LastIndex()
+		leader.AnnounceCommit(tc.nodes[fi].ID())
+		ok := testutil.Within(5*time.Second, func() bool {
+			return leader.Announcements() > barriers && leader.Raft().LastIndex() > before
+		})
+		if ok {
+			break
+		}
+		moved := !leader.IsLeader() || leader.Raft().CurrentTerm() != term
+		var entries []string
+		for idx := before + 1; idx <= leader.Raft().LastIndex(); idx++ {
+			var e raft.Log
+			if tc.stores[li].Logs.GetLog(idx, &e) == nil {
+				entries = append(entries, fmt.Sprintf("%d %v %.80s", idx, e.Type, e.Data))
+			}
+		}
+		if !moved && len(entries) == 0 || attempt == 3 {
+			t.Fatalf("attempt %d: no barrier within 5s (leadership moved %v; entries after %d: %v)", attempt, moved, before, entries)
+		}
+		t.Logf("attempt %d: no barrier, and none due: leadership moved %v; entries after %d: %v", attempt, moved, before, entries)
+		tc.heal()
 	}
-	tc.isolate(fi)
 	defer tc.heal()
-	barriers, told := leader.Announcements(), leader.DirectAnnouncements()
-	before := leader.Raft().LastIndex()
-	leader.AnnounceCommit(tc.nodes[fi].ID())
-	testutil.WaitFor(t, "a barrier entry", 5*time.Second, func() bool {
-		return leader.Announcements() > barriers && leader.Raft().LastIndex() > before
-	})
 	if got := leader.DirectAnnouncements(); got != told {
 		t.Errorf("direct announcements = %d, want %d (the follower is unreachable)", got, told)
 	}

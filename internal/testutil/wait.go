@@ -55,6 +55,22 @@ func Hold(t testing.TB, what string, d, every time.Duration, f func() error) {
 	}
 }
 
+// Within calls cond every 5 ms until it holds or d passes, and reports
+// whether it held: a wait whose timeout is an outcome the test handles
+// (trying again, say), not a failure.
+func Within(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		<-tick.C
+	}
+	return true
+}
+
 // Pause waits d, or less if stop is closed first, and reports whether stop is
 // still open. It paces a background load loop, which must end promptly when
 // the test halts it.
