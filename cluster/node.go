@@ -162,7 +162,7 @@ func (c *Config) setDefaults() {
 	def(&c.LeaderLeaseTimeout, defaults.LeaderLeaseTimeout)
 	def(&c.CommitTimeout, defaults.CommitTimeout)
 	def(&c.SnapshotInterval, defaults.SnapshotInterval)
-	def(&c.Grace, 2*c.ElectionTimeout)
+	def(&c.Grace, defaults.Grace(c.ElectionTimeout))
 	def(&c.SweepInterval, 5*time.Second)
 	def(&c.ClaimTimeout, 10*time.Second)
 	def(&c.FormatCheckInterval, 5*time.Second)

@@ -115,7 +115,7 @@ func (r RaftConfig) GraceOrDefault() time.Duration {
 	if r.Grace > 0 {
 		return r.Grace
 	}
-	return 2 * r.ElectionTimeout
+	return defaults.Grace(r.ElectionTimeout)
 }
 
 // ClusterConfig lists the candidates and says whether this node may bootstrap.

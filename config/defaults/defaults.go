@@ -27,6 +27,11 @@ const (
 	MaxBatch = 64
 )
 
+// Grace is the failover grace a new leader's claim adds to every remaining
+// TTL when raft.grace is 0: twice the election timeout (ARCHITECTURE.md,
+// "Time model").
+func Grace(electionTimeout time.Duration) time.Duration { return 2 * electionTimeout }
+
 // Renewal slack (ttl.*; ARCHITECTURE.md, "Renewals").
 const (
 	RenewSlack    = 0.25            // ttl.renew_slack, a fraction of a record's TTL
