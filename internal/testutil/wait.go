@@ -1,9 +1,12 @@
 package testutil
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/elanous/elanous-node/internal/testcluster"
 )
 
 // errNotYet is what WaitFor's condition reports while it does not hold.
@@ -59,16 +62,12 @@ func Hold(t testing.TB, what string, d, every time.Duration, f func() error) {
 // whether it held: a wait whose timeout is an outcome the test handles
 // (trying again, say), not a failure.
 func Within(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
+	return testcluster.WaitFor(context.Background(), "", d, 5*time.Millisecond, func(context.Context) error {
+		if cond() {
+			return nil
 		}
-		<-tick.C
-	}
-	return true
+		return errNotYet
+	}) == nil
 }
 
 // Pause waits d, or less if stop is closed first, and reports whether stop is
@@ -85,22 +84,11 @@ func Pause(stop <-chan struct{}, d time.Duration) bool {
 	}
 }
 
+// poll is testcluster.WaitFor, the project's one polling loop, failing the
+// test when it times out.
 func poll(t testing.TB, what string, d, every time.Duration, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			if errors.Is(err, errNotYet) {
-				t.Fatalf("timed out after %v waiting for %s", d, what)
-			}
-			t.Fatalf("timed out after %v waiting for %s: %v", d, what, err)
-		}
-		<-tick.C
+	if err := testcluster.WaitFor(context.Background(), what, d, every, func(context.Context) error { return f() }); err != nil {
+		t.Fatalf("waiting for %v", err) // "what: not within d: the last error"
 	}
 }
