@@ -30,7 +30,7 @@ func withDefaults(l wire.NodeLimits) wire.NodeLimits {
 		l.BlockingQueriesPerAddress = min(defaults.BlockingQueriesPerAddress, l.BlockingQueries)
 	}
 	if l.AnonymousWaitMs == 0 {
-		l.AnonymousWaitMs = defaults.AnonymousWait.Milliseconds()
+		l.AnonymousWaitMs = wire.MillisOf(defaults.AnonymousWait)
 	}
 	if l.ForwardConnections == 0 {
 		l.ForwardConnections = defaults.ForwardConnections
@@ -50,5 +50,5 @@ func writeLimit(l wire.NodeLimits) rate.Limit {
 // anonymousWait caps the wait of a /v1/primary blocking query without a
 // valid token (an authenticated one may wait wire.MaxBlockingWait).
 func anonymousWait(l wire.NodeLimits) time.Duration {
-	return time.Duration(l.AnonymousWaitMs) * time.Millisecond
+	return l.AnonymousWaitMs.Duration()
 }

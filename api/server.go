@@ -46,8 +46,8 @@ type Deps struct {
 	// VerifyClients makes the HTTPS API require a client certificate of the
 	// CA as well as a token (tls.verify_incoming_api).
 	VerifyClients bool
-	// Limits are this node's own abuse limits (config limits.*, converted
-	// by config.LimitsConfig.Node); a zero cap takes its config default,
+	// Limits are this node's own abuse limits (config limits.*, decoded
+	// into this type); a zero cap takes its config default,
 	// and WriteRate 0 turns the rate limits off (withDefaults).
 	Limits wire.NodeLimits
 	// Audit receives the audit log (see Auditor); default Logger with

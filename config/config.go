@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/elanous/elanous-node/config/defaults"
+	"github.com/elanous/elanous-node/wire"
 )
 
 // Config is the whole configuration of one elanous-node process. Build one
@@ -19,8 +20,10 @@ type Config struct {
 	Ports   PortsConfig   `mapstructure:"ports"`
 	Log     LogConfig     `mapstructure:"log"`
 	TLS     TLSConfig     `mapstructure:"tls"`
-	Limits  LimitsConfig  `mapstructure:"limits"`
-	TTL     TTLConfig     `mapstructure:"ttl"`
+	// Limits are this node's own abuse limits (limits.*), declared once as
+	// wire.NodeLimits: the API enforces and reports them as decoded.
+	Limits wire.NodeLimits `mapstructure:"limits"`
+	TTL    TTLConfig       `mapstructure:"ttl"`
 }
 
 // TTLConfig tunes how TTLs are renewed (ARCHITECTURE.md, "Renewals").

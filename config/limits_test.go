@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -11,9 +12,9 @@ import (
 
 func TestDefaultLimits(t *testing.T) {
 	d := Default()
-	want := LimitsConfig{
+	want := wire.NodeLimits{
 		WriteRate: 100, WriteBurst: 200, Connections: 32768, ConnectionsPerAddress: 256,
-		BlockingQueries: 16384, BlockingQueriesPerAddress: 64, AnonymousWait: 30 * time.Second, ForwardConnections: 64,
+		BlockingQueries: 16384, BlockingQueriesPerAddress: 64, AnonymousWaitMs: 30_000, ForwardConnections: 64,
 	}
 	if d.Limits != want {
 		t.Errorf("Default().Limits = %+v, want %+v", d.Limits, want)
@@ -26,24 +27,48 @@ func TestDefaultLimits(t *testing.T) {
 	}
 }
 
-// Node converts every limits.* key to its wire field: the API enforces and
-// reports what it returns.
-func TestLimitsConfig_Node(t *testing.T) {
-	l := LimitsConfig{
-		WriteRate: 2.5, WriteBurst: 5, Connections: 100, ConnectionsPerAddress: 20,
-		BlockingQueries: 30, BlockingQueriesPerAddress: 8, AnonymousWait: 1500 * time.Millisecond, ForwardConnections: 7,
+// The limits.* keys decode into wire.NodeLimits, which the API enforces and
+// reports as it is: limits.anonymous_wait is a duration in the file and the
+// environment, whole milliseconds on the wire (anonymousWaitMs).
+func TestLoad_LimitsAreTheWireLimits(t *testing.T) {
+	for _, tt := range []struct {
+		name, file string
+		env        []string
+		want       wire.Millis
+	}{
+		{"default", "", nil, 30_000},
+		{"file", "limits: { anonymous_wait: 1500ms }\n", nil, 1500},
+		{"environment", "", []string{"ELANOUS_LIMITS_ANONYMOUS_WAIT=2m"}, 120_000},
+		{"rounded down to the millisecond", "limits: { anonymous_wait: 1.0005s }\n", nil, 1000},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := LoadOptions{Env: tt.env}
+			if tt.file != "" {
+				opts.File = writeFile(t, tt.file)
+			}
+			c, err := Load(opts)
+			if err != nil {
+				t.Fatalf("Load() error = %v", err)
+			}
+			if c.Limits.AnonymousWaitMs != tt.want {
+				t.Errorf("Load() anonymousWaitMs = %d, want %d", c.Limits.AnonymousWaitMs, tt.want)
+			}
+		})
 	}
-	want := wire.NodeLimits{
-		WriteRate: 2.5, WriteBurst: 5, Connections: 100, ConnectionsPerAddress: 20,
-		BlockingQueries: 30, BlockingQueriesPerAddress: 8, AnonymousWaitMs: 1500, ForwardConnections: 7,
+	if _, err := Load(LoadOptions{File: writeFile(t, "limits: { anonymous_wait: soon }\n"), Env: []string{}}); err == nil ||
+		!strings.Contains(err.Error(), "anonymous_wait") {
+		t.Errorf("Load(anonymous_wait: soon) error = %v, want it named", err)
 	}
-	if got := l.Node(); got != want {
-		t.Errorf("Node() = %+v, want %+v", got, want)
+	l := DefaultLimits()
+	l.WriteRate = 2.5
+	got, err := json.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
 	}
-	off := DefaultLimits()
-	off.WriteRate = 0
-	if got := off.Node(); got.WriteRate != 0 || got.AnonymousWaitMs != 30_000 || got.WriteBurst != 200 {
-		t.Errorf("Node() of the defaults with write_rate 0 = %+v, want writeRate 0, anonymousWaitMs 30000, writeBurst 200", got)
+	const want = `{"writeRate":2.5,"writeBurst":200,"connections":32768,"connectionsPerAddress":256,` +
+		`"blockingQueries":16384,"blockingQueriesPerAddress":64,"anonymousWaitMs":30000,"forwardConnections":64}`
+	if string(got) != want {
+		t.Errorf("json of the limits = %s, want %s", got, want)
 	}
 }
 
@@ -59,7 +84,7 @@ log: { audit_file: /var/log/elanous/audit.jsonl }
 	}
 	want := DefaultLimits()
 	want.WriteRate, want.WriteBurst, want.Connections, want.BlockingQueriesPerAddress = 0.5, 5, 100, 8
-	want.AnonymousWait, want.ConnectionsPerAddress = 10*time.Second, 20
+	want.AnonymousWaitMs, want.ConnectionsPerAddress = 10_000, 20
 	if !reflect.DeepEqual(c.Limits, want) {
 		t.Errorf("Load() limits = %+v, want %+v", c.Limits, want)
 	}
@@ -103,20 +128,20 @@ func TestConfig_ValidateTTL(t *testing.T) {
 func TestConfig_ValidateLimits(t *testing.T) {
 	tests := []struct {
 		name   string
-		mutate func(l *LimitsConfig)
+		mutate func(l *wire.NodeLimits)
 		want   string
 	}{
-		{"negative rate", func(l *LimitsConfig) { l.WriteRate = -1 }, "limits.write_rate: must not be negative"},
-		{"zero burst", func(l *LimitsConfig) { l.WriteBurst = 0 }, "limits.write_burst: must be at least 1"},
-		{"no connections", func(l *LimitsConfig) { l.Connections = 0 }, "limits.connections: must be at least 1"},
-		{"per address above the cap", func(l *LimitsConfig) { l.ConnectionsPerAddress = 40000 },
+		{"negative rate", func(l *wire.NodeLimits) { l.WriteRate = -1 }, "limits.write_rate: must not be negative"},
+		{"zero burst", func(l *wire.NodeLimits) { l.WriteBurst = 0 }, "limits.write_burst: must be at least 1"},
+		{"no connections", func(l *wire.NodeLimits) { l.Connections = 0 }, "limits.connections: must be at least 1"},
+		{"per address above the cap", func(l *wire.NodeLimits) { l.ConnectionsPerAddress = 40000 },
 			"limits.connections_per_address: 40000 must not exceed limits.connections 32768"},
-		{"no blocking queries", func(l *LimitsConfig) { l.BlockingQueries = 0 }, "limits.blocking_queries: must be at least 1"},
-		{"blocking per address above the cap", func(l *LimitsConfig) { l.BlockingQueriesPerAddress = 20000 },
+		{"no blocking queries", func(l *wire.NodeLimits) { l.BlockingQueries = 0 }, "limits.blocking_queries: must be at least 1"},
+		{"blocking per address above the cap", func(l *wire.NodeLimits) { l.BlockingQueriesPerAddress = 20000 },
 			"limits.blocking_queries_per_address: 20000 must not exceed limits.blocking_queries 16384"},
-		{"anonymous wait too short", func(l *LimitsConfig) { l.AnonymousWait = time.Millisecond }, "limits.anonymous_wait: must be between 1s and 5m0s"},
-		{"anonymous wait too long", func(l *LimitsConfig) { l.AnonymousWait = time.Hour }, "limits.anonymous_wait: must be between 1s and 5m0s"},
-		{"no forward connections", func(l *LimitsConfig) { l.ForwardConnections = 0 }, "limits.forward_connections: must be at least 1"},
+		{"anonymous wait too short", func(l *wire.NodeLimits) { l.AnonymousWaitMs = 1 }, "limits.anonymous_wait: must be between 1s and 5m0s"},
+		{"anonymous wait too long", func(l *wire.NodeLimits) { l.AnonymousWaitMs = wire.MillisOf(time.Hour) }, "limits.anonymous_wait: must be between 1s and 5m0s"},
+		{"no forward connections", func(l *wire.NodeLimits) { l.ForwardConnections = 0 }, "limits.forward_connections: must be at least 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,12 +8,17 @@ import (
 	"io"
 	"maps"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+
+	"github.com/elanous/elanous-node/wire"
 )
 
 // EnvPrefix prefixes every environment variable Load reads: http.addr is
@@ -115,7 +120,7 @@ func Load(opts LoadOptions) (Config, error) {
 	}
 
 	var c Config
-	if err := v.UnmarshalExact(&c); err != nil {
+	if err := v.UnmarshalExact(&c, withMillis); err != nil {
 		return Config{}, fmt.Errorf("decode config: %w", tidyDecodeError(err))
 	}
 	if len(c.Cluster.Candidates) == 0 {
@@ -350,4 +355,33 @@ func setPath(m map[string]any, path []string, val any) {
 		m = next
 	}
 	m[path[len(path)-1]] = val
+}
+
+// withMillis adds to viper's decode hooks one that reads a duration key
+// ("30s", or a time.Duration default) into a wire.Millis field, as it reads
+// one into a time.Duration: limits.anonymous_wait is a duration in the
+// configuration and whole milliseconds in wire.NodeLimits.
+func withMillis(c *mapstructure.DecoderConfig) {
+	millis := reflect.TypeFor[wire.Millis]()
+	toMillis := func(from, to reflect.Type, data any) (any, error) {
+		if to != millis {
+			return data, nil
+		}
+		switch d := data.(type) {
+		case time.Duration:
+			return wire.MillisOf(d), nil
+		case string:
+			parsed, err := time.ParseDuration(d)
+			if err != nil {
+				return nil, err
+			}
+			return wire.MillisOf(parsed), nil
+		}
+		var d time.Duration // a bare number, as a time.Duration key reads it
+		if err := mapstructure.WeakDecode(data, &d); err != nil {
+			return nil, err
+		}
+		return wire.MillisOf(d), nil
+	}
+	c.DecodeHook = mapstructure.ComposeDecodeHookFunc(toMillis, c.DecodeHook)
 }

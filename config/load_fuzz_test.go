@@ -184,7 +184,7 @@ func assertServable(t *testing.T, c Config) {
 	// rate of 0 (off) or above, bursts of at least one write.
 	if l := c.Limits; math.IsNaN(l.WriteRate) || l.WriteRate < 0 || l.WriteRate > 0 && l.WriteBurst < 1 ||
 		l.Connections < 1 || l.ConnectionsPerAddress < 1 || l.BlockingQueries < 1 || l.BlockingQueriesPerAddress < 1 ||
-		l.ForwardConnections < 1 || l.AnonymousWait < time.Second {
+		l.ForwardConnections < 1 || l.AnonymousWaitMs.Duration() < time.Second {
 		t.Fatalf("Validate() accepted the limits %+v", l)
 	}
 

@@ -100,7 +100,7 @@ func startCandidate(cfg config.Config, tokens wire.TokensFile, logger *slog.Logg
 	srv := api.New(api.Deps{
 		Node: node, Tokens: tokens, Band: api.Band{Start: cfg.Ports.Test.Start, End: cfg.Ports.Test.End},
 		MetricsAuth: cfg.HTTP.MetricsAuth, Logger: apiLog, Registry: reg, TLS: store, VerifyClients: cfg.TLS.VerifyIncomingAPI,
-		Limits: cfg.Limits.Node(), Audit: audit, Version: version,
+		Limits: cfg.Limits, Audit: audit, Version: version,
 	})
 	if cfg.Log.Access {
 		srv.LogRequests(apiLog)
