@@ -357,13 +357,9 @@ func closeAll(cs []*clientv3.Client) {
 }
 
 func (s *etcdSystem) Workers(ctx context.Context, row string, n int) ([]step, func(), error) {
-	only := -1
-	if row == rowSingle {
-		l, err := s.Leader(ctx)
-		if err != nil {
-			return nil, nil, err
-		}
-		only = l
+	only, err := rowNode(ctx, s, row)
+	if err != nil {
+		return nil, nil, err
 	}
 	cs, err := s.clients(n, only)
 	if err != nil {
