@@ -54,3 +54,18 @@ func (s *connSet) closeAll() {
 		_ = c.Close()
 	}
 }
+
+// trackedConn is a connection of a set that leaves it when closed; raw is
+// the connection the set tracks (c itself, or the TCP connection under it).
+type trackedConn struct {
+	net.Conn
+	raw  net.Conn
+	set  *connSet
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { c.set.untrack(c.raw) })
+	return err
+}

@@ -57,7 +57,7 @@ func (s *TCPStream) Accept() (net.Conn, error) {
 		_ = c.Close()
 		return nil, net.ErrClosed
 	}
-	return &trackedConn{Conn: conn, s: s}, nil
+	return &trackedConn{Conn: conn, raw: conn, set: &s.conns}, nil
 }
 
 // Dial connects to a peer; it fails once the layer is closed.
@@ -73,7 +73,7 @@ func (s *TCPStream) Dial(address raft.ServerAddress, timeout time.Duration) (net
 		_ = c.Close()
 		return nil, fmt.Errorf("dial %s: %w", address, net.ErrClosed)
 	}
-	return &trackedConn{Conn: c, s: s}, nil
+	return &trackedConn{Conn: c, raw: c, set: &s.conns}, nil
 }
 
 // Close closes the listener and every open connection.
@@ -91,19 +91,6 @@ func (s *TCPStream) Addr() net.Addr { return s.advertise }
 // connections still stand (a paused or black-holed process, as the peers see
 // it).
 func (s *TCPStream) CloseListener() error { return s.ln.Close() }
-
-// trackedConn forgets itself in its layer when closed.
-type trackedConn struct {
-	net.Conn
-	s    *TCPStream
-	once sync.Once
-}
-
-func (c *trackedConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(func() { c.s.conns.untrack(c.Conn) })
-	return err
-}
 
 // watchedConn calls onDrop at the first Read or Write that fails: the peer
 // closed or reset the connection, or this side closed it. Both count: raft

@@ -423,20 +423,5 @@ func (d *tlsDialer) Dial(address raft.ServerAddress, timeout time.Duration) (net
 		_ = conn.Close()
 		return nil, fmt.Errorf("dial %s: %w", address, net.ErrClosed)
 	}
-	return &dialedConn{Conn: conn, raw: raw, t: d.t}, nil
-}
-
-// dialedConn is an outgoing connection; it forgets itself in the transport
-// when closed.
-type dialedConn struct {
-	*tls.Conn
-	raw  net.Conn
-	t    *TLS
-	once sync.Once
-}
-
-func (c *dialedConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(func() { c.t.conns.untrack(c.raw) })
-	return err
+	return &trackedConn{Conn: conn, raw: raw, set: &d.t.conns}, nil
 }
