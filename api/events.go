@@ -40,11 +40,9 @@ func (s *Server) streamEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	release, ok := s.guard.blocking.acquire(addressKey(c.Request().RemoteAddr))
-	if !ok {
-		s.guard.blockRefuse.Inc()
-		c.Response().Header().Set("Connection", "close")
-		return refuse(c, time.Second, "too many blocking queries and event streams on this node (or from this address); retry later")
+	release, err := s.blockingSlot(c, "too many blocking queries and event streams on this node (or from this address); retry later")
+	if err != nil {
+		return err
 	}
 	defer release()
 	s.streams.Add(1)

@@ -74,6 +74,20 @@ func errRateLimited(msg string) *Error {
 	return &Error{Status: http.StatusTooManyRequests, Code: wire.CodeRateLimited, Message: msg}
 }
 
+// blockingSlot takes for a blocking query or an event stream one of the
+// slots they share, on this node and for the request's address, and returns
+// its release. With none left it counts the refusal and answers with
+// refuse's 429 (message msg), closing the connection.
+func (s *Server) blockingSlot(c echo.Context, msg string) (release func(), err error) {
+	release, ok := s.guard.blocking.acquire(addressKey(c.Request().RemoteAddr))
+	if !ok {
+		s.guard.blockRefuse.Inc()
+		c.Response().Header().Set("Connection", "close")
+		return nil, refuse(c, time.Second, msg)
+	}
+	return release, nil
+}
+
 // refuse answers a request over a limit: 429 rate-limited with Retry-After
 // (whole seconds, at least 1).
 func refuse(c echo.Context, retry time.Duration, msg string) error {

@@ -331,10 +331,7 @@ func (s *Server) transferLeader(c echo.Context) (res wire.TransferResult, err er
 	case err != nil:
 		return res, err
 	}
-	if from := c.Request().Header.Get(wire.HeaderForwarded); from != "" {
-		s.node.AnnounceCommit(from)
-	}
-	c.Response().Header().Set(wire.HeaderIndex, strconv.FormatUint(p.Index, 10))
+	s.wrote(c, p.Index)
 	auditDetail(c, slog.String("holder", p.Holder))
 	return wire.TransferResult{From: s.node.ID(), Holder: p.Holder, Generation: p.Generation, TookMs: time.Since(start).Milliseconds()}, nil
 }

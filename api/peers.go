@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -183,10 +182,7 @@ func (s *Server) changeMembers(c echo.Context, op func(context.Context) (cluster
 	if err != nil {
 		return cluster.PeerChange{}, membershipError(err)
 	}
-	if from := c.Request().Header.Get(wire.HeaderForwarded); from != "" {
-		s.node.AnnounceCommit(from)
-	}
-	c.Response().Header().Set(wire.HeaderIndex, strconv.FormatUint(change.Index, 10))
+	s.wrote(c, change.Index)
 	return change, nil
 }
 

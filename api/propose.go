@@ -39,21 +39,32 @@ func (s *Server) propose(c echo.Context, cmd fsm.Command) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.wrote(c, applied.Index)
+	return applied.Value, nil
+}
+
+// wrote completes the answer of a write whose log entry is index: the
+// forwarding node, which waits to apply the entry, is told now that it is
+// committed, and X-Elanous-Index carries the index.
+func (s *Server) wrote(c echo.Context, index uint64) {
 	if from := c.Request().Header.Get(wire.HeaderForwarded); from != "" {
-		// The forwarding node waits to apply the entry: tell it now that
-		// the entry is committed.
 		s.node.AnnounceCommit(from)
 	}
-	c.Response().Header().Set(wire.HeaderIndex, strconv.FormatUint(applied.Index, 10))
-	return applied.Value, nil
+	c.Response().Header().Set(wire.HeaderIndex, strconv.FormatUint(index, 10))
 }
 
 // proposeAs is propose for a command whose result is a T.
 func proposeAs[T any](s *Server, c echo.Context, cmd fsm.Command) (T, error) {
 	v, err := s.propose(c, cmd)
+	return resultAs[T](v, err, "command %T applied with a %T result, want %T", cmd)
+}
+
+// resultAs is v as a T; when err is nil and v is not a T it is an error
+// made of mismatch, which formats cmd, v and the T.
+func resultAs[T any](v any, err error, mismatch string, cmd fsm.Command) (T, error) {
 	res, ok := v.(T)
 	if err == nil && !ok {
-		err = fmt.Errorf("command %T applied with a %T result, want %T", cmd, v, res)
+		err = fmt.Errorf(mismatch, cmd, v, res)
 	}
 	return res, err
 }
@@ -75,10 +86,7 @@ func (s *Server) renew(c echo.Context, cmd fsm.Command) (any, error) {
 		return nil, err
 	}
 	if out.Wrote {
-		if from := c.Request().Header.Get(wire.HeaderForwarded); from != "" {
-			s.node.AnnounceCommit(from)
-		}
-		c.Response().Header().Set(wire.HeaderIndex, strconv.FormatUint(out.Index, 10))
+		s.wrote(c, out.Index)
 	}
 	return out.Value, nil
 }
@@ -86,9 +94,5 @@ func (s *Server) renew(c echo.Context, cmd fsm.Command) (any, error) {
 // renewAs is renew for a command whose result is a T.
 func renewAs[T any](s *Server, c echo.Context, cmd fsm.Command) (T, error) {
 	v, err := s.renew(c, cmd)
-	res, ok := v.(T)
-	if err == nil && !ok {
-		err = fmt.Errorf("renewal %T answered with a %T, want %T", cmd, v, res)
-	}
-	return res, err
+	return resultAs[T](v, err, "renewal %T answered with a %T, want %T", cmd)
 }

@@ -79,11 +79,9 @@ func (s *Server) block(c echo.Context, table fsm.Table) error {
 	if index, _ := s.node.FSM().Watch(table); index > seen || wait == 0 {
 		return nil
 	}
-	release, ok := s.guard.blocking.acquire(addressKey(c.Request().RemoteAddr))
-	if !ok {
-		s.guard.blockRefuse.Inc()
-		c.Response().Header().Set("Connection", "close")
-		return refuse(c, time.Second, "too many blocking queries wait on this node (or from this address); retry later")
+	release, err := s.blockingSlot(c, "too many blocking queries wait on this node (or from this address); retry later")
+	if err != nil {
+		return err
 	}
 	if table == fsm.TablePrimary && s.parking.Load().park(c, seen, wait, release) {
 		return errParked

@@ -13,8 +13,7 @@ import (
 // leader's time.
 func TestNode_ConfirmedRead(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
-	li := tc.readyLeader()
-	leader := tc.nodes[li]
+	li, leader := tc.leader()
 	fi := (li + 1) % len(tc.nodes)
 	follower := tc.nodes[fi]
 

@@ -294,14 +294,12 @@ func (n *Node) AddPeer(ctx context.Context, spec PeerSpec) (PeerChange, error) {
 // server is simply dropped. The leader may remove itself: it steps down once
 // the change commits, and the next leader drops its directory entry.
 func (n *Node) RemovePeer(ctx context.Context, machine string, force bool) (PeerChange, error) {
-	l, err := n.readyLeadership()
+	l, servers, err := n.lockChange()
 	if err != nil {
 		return PeerChange{}, err
 	}
-	n.members.change.Lock()
 	defer n.members.change.Unlock()
 
-	servers := n.raftServers()
 	server, inRaft := findServer(servers, machine)
 	_, inDir := n.directoryEntry(machine)
 	if !inRaft && !inDir {
@@ -342,6 +340,18 @@ func (n *Node) RemovePeer(ctx context.Context, machine string, force bool) (Peer
 	return PeerChange{Index: index}, nil
 }
 
+// lockChange, on a ready leader, takes the membership change lock, which the
+// caller releases, and returns the leadership and the servers of the Raft
+// configuration as of then. On an error it holds no lock.
+func (n *Node) lockChange() (*leadership, []raft.Server, error) {
+	l, err := n.readyLeadership()
+	if err != nil {
+		return nil, nil, err
+	}
+	n.members.change.Lock()
+	return l, n.raftServers(), nil
+}
+
 // PromotePeer makes a server a voter at once (raft.AddVoter) and records the
 // intent in the directory, so the leader keeps it a voter.
 func (n *Node) PromotePeer(ctx context.Context, machine string) (PeerChange, error) {
@@ -357,14 +367,12 @@ func (n *Node) DemotePeer(ctx context.Context, machine string, force bool) (Peer
 }
 
 func (n *Node) setSuffrage(ctx context.Context, machine string, voter, force bool) (PeerChange, error) {
-	l, err := n.readyLeadership()
+	l, servers, err := n.lockChange()
 	if err != nil {
 		return PeerChange{}, err
 	}
-	n.members.change.Lock()
 	defer n.members.change.Unlock()
 
-	servers := n.raftServers()
 	server, ok := findServer(servers, machine)
 	if !ok {
 		return PeerChange{}, fmt.Errorf("%w: %s is not a server of the raft configuration", ErrUnknownPeer, machine)

@@ -38,8 +38,7 @@ func TestNode_Candidates_BeforeTheDirectory(t *testing.T) {
 		c.FormatProbe = func(context.Context, Candidate) (int, error) { return 1, nil }
 	})
 	p.register(tc.nodes...)
-	li := tc.readyLeader()
-	leader := tc.nodes[li]
+	li, leader := tc.leader()
 	if got := leader.FSM().Format(); got != 1 {
 		t.Fatalf("Format() = %d, want 1 (held by the probe)", got)
 	}
@@ -251,8 +250,7 @@ func TestNode_RemovePeer_Force(t *testing.T) {
 
 func TestNode_RemovePeer_LastVoter(t *testing.T) {
 	tc, _ := newMembershipCluster(t, 1)
-	li := tc.readyLeader()
-	leader := tc.nodes[li]
+	_, leader := tc.leader()
 	testutil.WaitFor(t, "directory seeded", 5*time.Second, func() bool { return len(leader.FSM().Candidates()) == 1 })
 	if _, err := leader.RemovePeer(context.Background(), leader.ID(), true); !errors.Is(err, ErrQuorumAtRisk) {
 		t.Fatalf("RemovePeer(the last voter, force) error = %v, want ErrQuorumAtRisk", err)

@@ -44,43 +44,48 @@ func (n *Node) observeApply(d time.Duration, err error) {
 	n.stats.duration.Observe(d.Seconds())
 }
 
+// newDesc describes one of the node's figures, with the variable labels given.
+func newDesc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, labels, nil)
+}
+
 var (
-	descTerm         = prometheus.NewDesc("elanous_raft_term", "Current Raft term.", nil, nil)
-	descCommitIndex  = prometheus.NewDesc("elanous_raft_commit_index", "Raft commit index.", nil, nil)
-	descAppliedIndex = prometheus.NewDesc("elanous_raft_applied_index",
-		"Index of the last command the state machine applied.", nil, nil)
-	descLastIndex     = prometheus.NewDesc("elanous_raft_last_index", "Last index in the Raft log.", nil, nil)
-	descLeader        = prometheus.NewDesc("elanous_raft_leader", "1 when this node is the Raft leader.", nil, nil)
-	descLeaderChanges = prometheus.NewDesc("elanous_raft_leader_changes_total",
-		"Leadership changes this node observed.", nil, nil)
-	descReady = prometheus.NewDesc("elanous_ready",
-		"1 when this node serves (leader known, its claim applied here).", nil, nil)
-	descGeneration = prometheus.NewDesc("elanous_generation",
-		"Generation (leader term) of the applied primary claim.", nil, nil)
-	descResources    = prometheus.NewDesc("elanous_resources", "Registered resources.", nil, nil)
-	descPortLeases   = prometheus.NewDesc("elanous_port_leases", "Port leases held.", nil, nil)
-	descMemberTokens = prometheus.NewDesc("elanous_member_tokens", "Machine tokens issued.", nil, nil)
-	descLastContact  = prometheus.NewDesc("elanous_raft_last_contact_seconds",
-		"Seconds since this follower last heard from a leader; absent on the leader and on a node that never heard from one.", nil, nil)
-	descSweepOverdue = prometheus.NewDesc("elanous_sweep_overdue_seconds",
-		"On the leader once its claim is applied: how long the earliest TTL is past due and not yet swept (0 when none is); absent elsewhere.", nil, nil)
-	descVoters = prometheus.NewDesc("elanous_raft_voters",
-		"Voters in the Raft configuration as this node knows it.", nil, nil)
-	descVoter = prometheus.NewDesc("elanous_raft_voter",
-		"1 when this node is a voter in the Raft configuration it knows.", nil, nil)
-	descRenewals = prometheus.NewDesc("elanous_renewals_total",
+	descTerm         = newDesc("elanous_raft_term", "Current Raft term.")
+	descCommitIndex  = newDesc("elanous_raft_commit_index", "Raft commit index.")
+	descAppliedIndex = newDesc("elanous_raft_applied_index",
+		"Index of the last command the state machine applied.")
+	descLastIndex     = newDesc("elanous_raft_last_index", "Last index in the Raft log.")
+	descLeader        = newDesc("elanous_raft_leader", "1 when this node is the Raft leader.")
+	descLeaderChanges = newDesc("elanous_raft_leader_changes_total",
+		"Leadership changes this node observed.")
+	descReady = newDesc("elanous_ready",
+		"1 when this node serves (leader known, its claim applied here).")
+	descGeneration = newDesc("elanous_generation",
+		"Generation (leader term) of the applied primary claim.")
+	descResources    = newDesc("elanous_resources", "Registered resources.")
+	descPortLeases   = newDesc("elanous_port_leases", "Port leases held.")
+	descMemberTokens = newDesc("elanous_member_tokens", "Machine tokens issued.")
+	descLastContact  = newDesc("elanous_raft_last_contact_seconds",
+		"Seconds since this follower last heard from a leader; absent on the leader and on a node that never heard from one.")
+	descSweepOverdue = newDesc("elanous_sweep_overdue_seconds",
+		"On the leader once its claim is applied: how long the earliest TTL is past due and not yet swept (0 when none is); absent elsewhere.")
+	descVoters = newDesc("elanous_raft_voters",
+		"Voters in the Raft configuration as this node knows it.")
+	descVoter = newDesc("elanous_raft_voter",
+		"1 when this node is a voter in the Raft configuration it knows.")
+	descRenewals = newDesc("elanous_renewals_total",
 		"Heartbeats and lease renewals this node judged, by outcome: covered (answered from confirmed state, no log entry), written (proposed with slack), refused (refused from confirmed state) or forwarded (a follower sent it to the leader).",
-		[]string{"outcome"}, nil)
-	descConfirmRounds = prometheus.NewDesc("elanous_confirm_rounds_total",
+		"outcome")
+	descConfirmRounds = newDesc("elanous_confirm_rounds_total",
 		"Confirmation rounds this node ran, shared by every renewal and consistent read waiting on one: side leader (a quorum's confirmation) or follower (a request to the leader).",
-		[]string{"side"}, nil)
-	descBatches = prometheus.NewDesc("elanous_batches_total",
-		"Batch entries this node proposed as leader (group commit: concurrent writes that left as one entry).", nil, nil)
-	descBatchedCommands = prometheus.NewDesc("elanous_batched_commands_total",
-		"Commands carried by the batch entries of elanous_batches_total.", nil, nil)
-	descAnnouncements = prometheus.NewDesc("elanous_commit_announcements_total",
+		"side")
+	descBatches = newDesc("elanous_batches_total",
+		"Batch entries this node proposed as leader (group commit: concurrent writes that left as one entry).")
+	descBatchedCommands = newDesc("elanous_batched_commands_total",
+		"Commands carried by the batch entries of elanous_batches_total.")
+	descAnnouncements = newDesc("elanous_commit_announcements_total",
 		"Commit index announcements this node made as leader so a follower applies a forwarded write sooner, by how: direct (told to the follower, which accepted) or barrier (a barrier entry appended, the fallback).",
-		[]string{"via"}, nil)
+		"via")
 )
 
 // Collector returns the node's own Prometheus figures, the one collector of

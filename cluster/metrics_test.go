@@ -30,8 +30,7 @@ func gather(t *testing.T, cs ...prometheus.Collector) map[string]*dto.MetricFami
 
 func TestNode_Collector(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
-	li := tc.readyLeader()
-	leader := tc.nodes[li]
+	li, leader := tc.leader()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := leader.Propose(ctx, acquire("o1", 60_000)); err != nil {

@@ -17,8 +17,7 @@ func acquire(owner string, ttl int64) fsm.AcquireLease {
 
 func TestNode_ElectionClaimsPrimary(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
-	li := tc.readyLeader()
-	leader := tc.nodes[li]
+	li, leader := tc.leader()
 	term := leader.raft.CurrentTerm()
 	for i, n := range tc.nodes {
 		testutil.WaitFor(t, "claim applied on every node", 5*time.Second, func() bool {
@@ -54,17 +53,13 @@ func TestNode_ProposeOnFollowerReturnsNotLeader(t *testing.T) {
 
 func TestNode_ProposeReturnsDomainErrors(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
-	leader := tc.nodes[tc.readyLeader()]
+	_, leader := tc.leader()
 	ctx := context.Background()
-	res, err := leader.Propose(ctx, acquire("o1", 60_000))
-	if err != nil {
-		t.Fatalf("Propose(acquire) error = %v", err)
-	}
-	lease := res.Value.(fsm.PortLease)
+	lease := mustPropose(t, leader, acquire("o1", 60_000)).Value.(fsm.PortLease)
 	if lease.Port != 31450 || lease.Generation != leader.raft.CurrentTerm() || lease.Fence == 0 {
 		t.Fatalf("Propose(acquire) = %+v, want port 31450 with generation and fence", lease)
 	}
-	_, err = leader.Propose(ctx, fsm.RenewLease{Caller: fsm.Caller{Owner: "o1"}, Port: 31450, LeaseID: "other"})
+	_, err := leader.Propose(ctx, fsm.RenewLease{Caller: fsm.Caller{Owner: "o1"}, Port: 31450, LeaseID: "other"})
 	if !errors.Is(err, fsm.ErrLeaseMismatch) {
 		t.Fatalf("Propose(renew other id) error = %v, want ErrLeaseMismatch", err)
 	}
@@ -87,16 +82,9 @@ func TestNode_ProposeReturnsDomainErrors(t *testing.T) {
 func TestNode_SweepExpiresThroughLog(t *testing.T) {
 	const sweepSlack = 100 * time.Millisecond
 	tc := newTestCluster(t, 3, nil)
-	leader := tc.nodes[tc.readyLeader()]
-	ctx := context.Background()
-	res, err := leader.Propose(ctx, acquire("o1", 150))
-	if err != nil {
-		t.Fatalf("Propose(acquire short) error = %v", err)
-	}
-	short := res.Value.(fsm.PortLease)
-	if res, err = leader.Propose(ctx, acquire("o2", 60_000)); err != nil {
-		t.Fatalf("Propose(acquire long) error = %v", err)
-	}
+	_, leader := tc.leader()
+	short := mustPropose(t, leader, acquire("o1", 150)).Value.(fsm.PortLease)
+	res := mustPropose(t, leader, acquire("o2", 60_000))
 	long, longIndex := res.Value.(fsm.PortLease), res.Index
 	for _, n := range tc.nodes {
 		// Both grants applied (the long one is the later entry), then the
@@ -128,11 +116,7 @@ func TestNode_FailoverKeepsLeasesAndDeposedSweepNeverCommits(t *testing.T) {
 			})
 			li := tc.readyLeader()
 			old := tc.nodes[li]
-			res, err := old.Propose(context.Background(), acquire("o1", 30_000))
-			if err != nil {
-				t.Fatalf("Propose(acquire) error = %v", err)
-			}
-			granted := res.Value.(fsm.PortLease)
+			granted := mustPropose(t, old, acquire("o1", 30_000)).Value.(fsm.PortLease)
 			for _, n := range tc.nodes {
 				testutil.WaitFor(t, "lease replicated", 5*time.Second, func() bool { _, ok := n.FSM().Lease(31450); return ok })
 			}

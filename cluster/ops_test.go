@@ -90,8 +90,7 @@ func (tc *testCluster) waitConverged(index uint64) string {
 // fences above every restored one. The sweep loop and group commit work on.
 func TestNode_RestoreReplacesTheStateOnEveryNode(t *testing.T) {
 	tc := newTestCluster(t, 3, fileSnapshots(t, nil))
-	li := tc.readyLeader()
-	leader := tc.nodes[li]
+	li, leader := tc.leader()
 	tc.waitFormat(li, fsm.MaxFormat)
 
 	mustPropose(t, leader, register("kept", 600_000))
@@ -185,8 +184,7 @@ func TestNode_RestoreRefusals(t *testing.T) {
 	_, v2doc := backupOf(t, src.nodes[si])
 
 	tc := newTestCluster(t, 3, fileSnapshots(t, func(_ int, c *Config) { c.FormatProbe = probe }))
-	li := tc.readyLeader()
-	leader := tc.nodes[li]
+	li, leader := tc.leader()
 	mustPropose(t, leader, register("mine", 600_000))
 	_, v1doc := backupOf(t, leader)
 	hash := tc.waitConverged(leader.FSM().AppliedIndex())
@@ -254,8 +252,7 @@ func TestNode_TransferLeadershipTo(t *testing.T) {
 		t.Cleanup(cancel)
 		return c
 	}
-	li := tc.readyLeader()
-	leader := tc.nodes[li]
+	li, leader := tc.leader()
 	target := tc.nodes[(li+2)%3]
 	follower := tc.nodes[(li+1)%3]
 
@@ -352,8 +349,7 @@ func TestNode_RestoreSurvivesLeadershipLossDuringInstall(t *testing.T) {
 			g.release()
 		}
 	})
-	li := tc.readyLeader()
-	leader := tc.nodes[li]
+	li, leader := tc.leader()
 	mustPropose(t, leader, register("saved", 600_000))
 	_, doc := backupOf(t, leader)
 	mustPropose(t, leader, register("after", 600_000))
@@ -407,8 +403,7 @@ func TestNode_RestoreSurvivesLeadershipLossDuringInstall(t *testing.T) {
 // another leader without it.
 func TestNode_RestoreNeedsAQuorum(t *testing.T) {
 	tc := newTestCluster(t, 3, fileSnapshots(t, slowTimeouts(time.Second, time.Second)))
-	li := tc.readyLeader()
-	leader := tc.nodes[li]
+	li, leader := tc.leader()
 	mustPropose(t, leader, register("saved", 600_000))
 	_, doc := backupOf(t, leader)
 	b, err := fsm.ReadBackup(bytes.NewReader(doc))

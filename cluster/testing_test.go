@@ -77,7 +77,6 @@ func newTestCluster(t *testing.T, n int, tweak func(i int, c *Config)) *testClus
 	return tc
 }
 
-// readyLeader waits for a leader whose claim is applied and returns its index.
 // proposeOnLeader proposes cmd to whichever node leads, again on the next
 // leader when leadership moved before the entry was taken (ErrNotLeader,
 // ErrNoLeader, ErrNotReady: surely not applied), for up to 10 s.
@@ -95,6 +94,8 @@ func (tc *testCluster) proposeOnLeader(cmd fsm.Command) Applied {
 	return res
 }
 
+// readyLeader waits for a leader whose claim is applied and returns its
+// index; the nodes at except do not count.
 func (tc *testCluster) readyLeader(except ...int) int {
 	tc.t.Helper()
 	var idx int
@@ -111,6 +112,13 @@ func (tc *testCluster) readyLeader(except ...int) int {
 		return false
 	})
 	return idx
+}
+
+// leader is readyLeader with the node.
+func (tc *testCluster) leader() (int, *Node) {
+	tc.t.Helper()
+	li := tc.readyLeader()
+	return li, tc.nodes[li]
 }
 
 // isolate cuts node i off from every other node, both ways.

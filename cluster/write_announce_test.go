@@ -19,8 +19,7 @@ func TestAnnounceCommit_TellsTheFollower(t *testing.T) {
 		c.CommitTimeout = time.Minute // followers learn a commit only from the next entry
 		c.SweepInterval = time.Hour
 	})
-	li := tc.readyLeader()
-	leader := tc.nodes[li]
+	li, leader := tc.leader()
 	fi := (li + 1) % 3
 	follower := tc.nodes[fi]
 	res, err := leader.Propose(context.Background(), fsm.RegisterResource{Caller: fsm.Caller{Owner: "o1"},

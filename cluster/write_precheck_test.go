@@ -16,8 +16,7 @@ import (
 func TestNode_Precheck(t *testing.T) {
 	// No periodic sweep: the log grows only by what the test proposes.
 	tc := newTestCluster(t, 3, func(_ int, c *Config) { c.SweepInterval = time.Hour })
-	li := tc.readyLeader()
-	leader := tc.nodes[li]
+	li, leader := tc.leader()
 	testutil.WaitFor(t, "format level 2", 5*time.Second, func() bool { return leader.FSM().Format() >= 2 })
 	ctx := context.Background()
 	caller := fsm.Caller{Owner: "o1"}
@@ -67,8 +66,7 @@ func TestNode_Precheck(t *testing.T) {
 // entries (which the state machine never sees) included.
 func TestNode_Lagging(t *testing.T) {
 	tc := newTestCluster(t, 3, func(_ int, c *Config) { c.SweepInterval = time.Hour })
-	li := tc.readyLeader()
-	leader := tc.nodes[li]
+	_, leader := tc.leader()
 	if _, err := leader.Propose(context.Background(), fsm.RegisterResource{Caller: fsm.Caller{Owner: "o1"},
 		ID: "machine:m1", Kind: "machine", Name: "m1", Machine: "m1", TTLMs: 60_000}); err != nil {
 		t.Fatalf("Propose(register) error = %v", err)

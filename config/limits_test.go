@@ -97,25 +97,11 @@ log: { audit_file: /var/log/elanous/audit.jsonl }
 }
 
 func TestConfig_ValidateTTL(t *testing.T) {
-	tests := []struct {
-		name   string
-		mutate func(c *TTLConfig)
-		want   string
-	}{
-		{"negative slack", func(c *TTLConfig) { c.RenewSlack = -0.1 }, "ttl.renew_slack: -0.1 must be a fraction"},
-		{"slack above the TTL", func(c *TTLConfig) { c.RenewSlack = 1.5 }, "ttl.renew_slack: 1.5 must be a fraction"},
-		{"no cap", func(c *TTLConfig) { c.RenewSlackMax = 0 }, "ttl.renew_slack_max: 0s must be positive"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := validConfig()
-			tt.mutate(&c.TTL)
-			err := c.Validate()
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("Validate() = %v, want it to contain %q", err, tt.want)
-			}
-		})
-	}
+	runInvalidCases(t, []invalidCase{
+		{"negative slack", func(c *Config) { c.TTL.RenewSlack = -0.1 }, "ttl.renew_slack: -0.1 must be a fraction"},
+		{"slack above the TTL", func(c *Config) { c.TTL.RenewSlack = 1.5 }, "ttl.renew_slack: 1.5 must be a fraction"},
+		{"no cap", func(c *Config) { c.TTL.RenewSlackMax = 0 }, "ttl.renew_slack_max: 0s must be positive"},
+	})
 	for _, slack := range []float64{0, 1} {
 		c := validConfig()
 		c.TTL.RenewSlack = slack
@@ -126,33 +112,19 @@ func TestConfig_ValidateTTL(t *testing.T) {
 }
 
 func TestConfig_ValidateLimits(t *testing.T) {
-	tests := []struct {
-		name   string
-		mutate func(l *wire.NodeLimits)
-		want   string
-	}{
-		{"negative rate", func(l *wire.NodeLimits) { l.WriteRate = -1 }, "limits.write_rate: must not be negative"},
-		{"zero burst", func(l *wire.NodeLimits) { l.WriteBurst = 0 }, "limits.write_burst: must be at least 1"},
-		{"no connections", func(l *wire.NodeLimits) { l.Connections = 0 }, "limits.connections: must be at least 1"},
-		{"per address above the cap", func(l *wire.NodeLimits) { l.ConnectionsPerAddress = 40000 },
+	runInvalidCases(t, []invalidCase{
+		{"negative rate", func(c *Config) { c.Limits.WriteRate = -1 }, "limits.write_rate: must not be negative"},
+		{"zero burst", func(c *Config) { c.Limits.WriteBurst = 0 }, "limits.write_burst: must be at least 1"},
+		{"no connections", func(c *Config) { c.Limits.Connections = 0 }, "limits.connections: must be at least 1"},
+		{"per address above the cap", func(c *Config) { c.Limits.ConnectionsPerAddress = 40000 },
 			"limits.connections_per_address: 40000 must not exceed limits.connections 32768"},
-		{"no blocking queries", func(l *wire.NodeLimits) { l.BlockingQueries = 0 }, "limits.blocking_queries: must be at least 1"},
-		{"blocking per address above the cap", func(l *wire.NodeLimits) { l.BlockingQueriesPerAddress = 20000 },
+		{"no blocking queries", func(c *Config) { c.Limits.BlockingQueries = 0 }, "limits.blocking_queries: must be at least 1"},
+		{"blocking per address above the cap", func(c *Config) { c.Limits.BlockingQueriesPerAddress = 20000 },
 			"limits.blocking_queries_per_address: 20000 must not exceed limits.blocking_queries 16384"},
-		{"anonymous wait too short", func(l *wire.NodeLimits) { l.AnonymousWaitMs = 1 }, "limits.anonymous_wait: must be between 1s and 5m0s"},
-		{"anonymous wait too long", func(l *wire.NodeLimits) { l.AnonymousWaitMs = wire.MillisOf(time.Hour) }, "limits.anonymous_wait: must be between 1s and 5m0s"},
-		{"no forward connections", func(l *wire.NodeLimits) { l.ForwardConnections = 0 }, "limits.forward_connections: must be at least 1"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := validConfig()
-			tt.mutate(&c.Limits)
-			err := c.Validate()
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("Validate() = %v, want it to contain %q", err, tt.want)
-			}
-		})
-	}
+		{"anonymous wait too short", func(c *Config) { c.Limits.AnonymousWaitMs = 1 }, "limits.anonymous_wait: must be between 1s and 5m0s"},
+		{"anonymous wait too long", func(c *Config) { c.Limits.AnonymousWaitMs = wire.MillisOf(time.Hour) }, "limits.anonymous_wait: must be between 1s and 5m0s"},
+		{"no forward connections", func(c *Config) { c.Limits.ForwardConnections = 0 }, "limits.forward_connections: must be at least 1"},
+	})
 	// Rate limits off: the burst does not matter.
 	c := validConfig()
 	c.Limits.WriteRate, c.Limits.WriteBurst = 0, 0

@@ -7,12 +7,35 @@ import (
 	"time"
 )
 
+// invalidCase is a change that makes a valid configuration invalid, and a
+// substring of the error Validate must then return.
+type invalidCase struct {
+	name   string
+	mutate func(c *Config)
+	want   string
+}
+
+// runInvalidCases checks that each case's change makes Validate fail with
+// its error.
+func runInvalidCases(t *testing.T, tests []invalidCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := validConfig()
+			tt.mutate(&c)
+			err := c.Validate()
+			if err == nil {
+				t.Fatalf("Validate() = nil, want an error containing %q", tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Validate() = %q, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
 func TestConfig_Validate(t *testing.T) {
-	tests := []struct {
-		name   string
-		mutate func(c *Config)
-		want   string // substring of the error
-	}{
+	runInvalidCases(t, []invalidCase{
 		// node
 		{"node id uppercase", func(c *Config) { c.Node.ID = "Node-A" }, `node.id: "Node-A" must match`},
 		{"node id leading dash", func(c *Config) { c.Node.ID = "-a" }, `node.id: "-a" must match`},
@@ -109,20 +132,7 @@ func TestConfig_Validate(t *testing.T) {
 		// log
 		{"log level", func(c *Config) { c.Log.Level = "verbose" }, `log.level: "verbose" must be one of debug, info, warn, error`},
 		{"log format", func(c *Config) { c.Log.Format = "xml" }, `log.format: "xml" must be one of text, json`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := validConfig()
-			tt.mutate(&c)
-			err := c.Validate()
-			if err == nil {
-				t.Fatalf("Validate() = nil, want an error containing %q", tt.want)
-			}
-			if !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("Validate() = %q, want it to contain %q", err, tt.want)
-			}
-		})
-	}
+	})
 }
 
 // tlsOn is a complete tls section.

@@ -447,8 +447,7 @@ func TestFSM_ApplyRevokeToken(t *testing.T) {
 }
 
 func TestFSM_MachineForToken(t *testing.T) {
-	h := newHarness(t)
-	h.baseline()
+	h := newBaseline(t)
 	tests := []struct {
 		name   string
 		token  string
@@ -530,8 +529,7 @@ func TestFSM_ApplyClaimPrimary(t *testing.T) {
 // A refused claim must not reset the cluster time: if it did, the next claim
 // would see remaining = expiresAt − 0 and push every TTL decades out.
 func TestFSM_ApplyClaimPrimaryRefusedKeepsTime(t *testing.T) {
-	h := newHarness(t)
-	h.baseline()
+	h := newBaseline(t)
 	h.term++
 	if res := h.apply(ClaimPrimary{Header: Header{Now: t0}, Holder: "Bad Holder", GraceMs: 1000}); !isErr(res, ErrInvalidCommand) {
 		t.Fatalf("Apply() = %v, want %v", res, ErrInvalidCommand)

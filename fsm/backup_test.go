@@ -16,8 +16,7 @@ import (
 // limits.
 func backupState(t testing.TB) *harness {
 	t.Helper()
-	h := newHarness(t)
-	h.baseline()
+	h := newBaseline(t)
 	h.mustApply(SetFormat{Header: Header{Now: t0}, Level: 2})
 	h.mustApply(PutCandidate{Header: Header{Now: t0}, Candidate: Candidate{Machine: "node-a", URL: "http://10.0.0.1:31413", Raft: "10.0.0.1:31412", Voter: true}})
 	h.mustApply(SetLimits{Header: Header{Now: t0}, Limits: Limits{ResourcesPerMachine: 50}})

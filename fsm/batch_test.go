@@ -51,15 +51,13 @@ func TestFSM_ApplyBatchEqualsSeparateEntries(t *testing.T) {
 		IssueToken{Header: Header{Now: now + 8}, Machine: "studio", SHA256: tokenSumTwo},
 		RevokeToken{Header: Header{Now: now + 9}, Machine: "base"},
 	}
-	separate := newHarness(t)
-	separate.baseline()
+	separate := newBaseline(t)
 	var want []any
 	for _, c := range cmds {
 		want = append(want, normalize(separate.apply(c)))
 	}
 
-	batched := newHarness(t)
-	batched.baseline()
+	batched := newBaseline(t)
 	res := batched.apply(mustBatch(now, cmds...))
 	br, ok := res.(BatchResult)
 	if !ok {
@@ -98,8 +96,7 @@ func TestFSM_ApplyBatchEqualsSeparateEntries(t *testing.T) {
 // Within a batch a refused command changes nothing and leaves the others
 // alone; what a batch may not hold is refused item by item.
 func TestFSM_ApplyBatchRefusesItems(t *testing.T) {
-	h := newHarness(t)
-	h.baseline()
+	h := newBaseline(t)
 	now := t0 + 1000
 	b := mustBatch(now, acquireCmd(now, memberCaller, "lease-one"), registerCmd(now, memberCaller, "machine:kept", "kept"))
 	second, err := marshalJSON(acquireCmd(now, memberCaller, "lease-two"))
@@ -168,8 +165,7 @@ func TestNewBatch_Refuses(t *testing.T) {
 // Every command of a batch runs at least at the batch's time; the cluster
 // time ends at the latest of them.
 func TestFSM_ApplyBatchTime(t *testing.T) {
-	h := newHarness(t)
-	h.baseline()
+	h := newBaseline(t)
 	early := registerCmd(t0+5, memberCaller, "machine:early", "early")
 	late := registerCmd(t0+500, memberCaller, "machine:late", "late")
 	h.mustApply(mustBatch(t0+100, early, late))
@@ -187,8 +183,7 @@ func TestFSM_ApplyBatchTime(t *testing.T) {
 // SetFormat raises the level once, to a level this build knows, and the
 // snapshot document follows the level.
 func TestFSM_SetFormat(t *testing.T) {
-	h := newHarness(t)
-	h.baseline()
+	h := newBaseline(t)
 	if !strings.HasPrefix(string(persist(t, h.f)), `{"version":1,`) {
 		t.Fatalf("a new state does not write snapshot version 1")
 	}

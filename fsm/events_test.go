@@ -124,8 +124,7 @@ func TestFSM_EventsOfEveryChange(t *testing.T) {
 }
 
 func TestFSM_EventsResume(t *testing.T) {
-	h := newHarness(t)
-	h.baseline()
+	h := newBaseline(t)
 	for i := range 5 {
 		cmds := []Command{registerCmd(t0, memberCaller, fmt.Sprintf("machine:m%d", i), fmt.Sprint("m", i)), registerCmd(t0, memberCaller, fmt.Sprintf("machine:n%d", i), fmt.Sprint("n", i))}
 		b, err := NewBatch(t0, cmds)
@@ -203,8 +202,7 @@ func TestFSM_EventsRingIsBounded(t *testing.T) {
 func TestFSM_EventsAfterRestore(t *testing.T) {
 	src := rich(t)
 	data := persist(t, src.f)
-	h := newHarness(t)
-	h.baseline()
+	h := newBaseline(t)
 	reader := h.f.EventsFrom(0, true).Cursor
 	if err := restore(t, h.f, data); err != nil {
 		t.Fatal(err)

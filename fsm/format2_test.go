@@ -12,8 +12,7 @@ import (
 // format2 returns a harness at format level 2 holding the baseline.
 func format2(t *testing.T) *harness {
 	t.Helper()
-	h := newHarness(t)
-	h.baseline()
+	h := newBaseline(t)
 	h.mustApply(SetFormat{Header: Header{Now: t0}, Level: 2})
 	return h
 }
@@ -105,8 +104,7 @@ func TestFSM_Format2Quotas(t *testing.T) {
 		}
 	})
 	t.Run("no quota at format 1", func(t *testing.T) {
-		h := newHarness(t)
-		h.baseline()
+		h := newBaseline(t)
 		for i := range 20 {
 			h.mustApply(acquireCmd(t0, mbpCaller, fmt.Sprintf("lease-%d", i)))
 		}
@@ -126,8 +124,7 @@ func TestFSM_Format2MachineIDs(t *testing.T) {
 	}
 	h.mustApply(registerCmd(t0, memberCaller, "machine:mbp", "mbp"))
 	// Format 1 kept the old meaning.
-	old := newHarness(t)
-	old.baseline()
+	old := newBaseline(t)
 	old.mustApply(squat)
 }
 
@@ -193,8 +190,7 @@ func TestFSM_CandidateDirectory(t *testing.T) {
 		t.Errorf("RemoveCandidate(absent) = %v, want %v", err, ErrNotFound)
 	}
 	// Format 1 has no directory.
-	old := newHarness(t)
-	old.baseline()
+	old := newBaseline(t)
 	if err, _ := old.apply(PutCandidate{Header: Header{Now: t0}, Candidate: d}).(error); !errors.Is(err, ErrInvalidCommand) {
 		t.Errorf("PutCandidate at format 1 = %v, want %v", err, ErrInvalidCommand)
 	}

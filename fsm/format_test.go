@@ -132,8 +132,7 @@ func TestFSM_ApplyUnknownTypePanics(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t)
-			h.baseline()
+			h := newBaseline(t)
 			got := func() (msg any) {
 				defer func() { msg = recover() }()
 				h.raw(tt.data)
@@ -162,8 +161,7 @@ func TestFSM_ApplySkipBit(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t)
-			h.baseline()
+			h := newBaseline(t)
 			before := capture(h.f)
 			if res := h.raw(tt.data); res != nil {
 				t.Errorf("Apply() = %v, want nil", res)
@@ -183,8 +181,7 @@ func TestFSM_ApplyMalformedBody(t *testing.T) {
 	for typ := range commandTable {
 		for _, body := range bodies {
 			t.Run(fmt.Sprintf("type %d body %q", typ, body), func(t *testing.T) {
-				h := newHarness(t)
-				h.baseline()
+				h := newBaseline(t)
 				before := capture(h.f)
 				_, ch := h.f.Watch(TableResources)
 				res := h.raw(append([]byte{byte(typ)}, body...))

@@ -94,6 +94,14 @@ func mustResult[T any](h *harness, cmd Command) T {
 	return v
 }
 
+// newBaseline returns a harness holding the baseline.
+func newBaseline(t testing.TB) *harness {
+	t.Helper()
+	h := newHarness(t)
+	h.baseline()
+	return h
+}
+
 // baseline gives the FSM one of everything at t0: a claim, a resource, a
 // lease with an idempotency key and a token. Error cases start from it so
 // "unchanged" covers every table.
@@ -208,8 +216,7 @@ func runApplyCases(t *testing.T, cases []applyCase) {
 	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t)
-			h.baseline()
+			h := newBaseline(t)
 			if tc.setup != nil {
 				tc.setup(h)
 			}

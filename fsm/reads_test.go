@@ -67,8 +67,7 @@ func TestFSM_Hash(t *testing.T) {
 	if a, b := New().Hash(), New().Hash(); a != b || len(a) != 64 {
 		t.Fatalf("Hash() of empty states = %q, %q, want one 64-hex value", a, b)
 	}
-	h := newHarness(t)
-	h.baseline()
+	h := newBaseline(t)
 	before := h.f.Hash()
 	if again := h.f.Hash(); again != before {
 		t.Errorf("Hash() = %s then %s, want stable", before, again)
@@ -82,8 +81,7 @@ func TestFSM_Hash(t *testing.T) {
 // Readers run while raft applies, snapshots and restores: -race checks the
 // locking and that no stored map is mutated after it is handed out.
 func TestFSM_ConcurrentReads(t *testing.T) {
-	h := newHarness(t)
-	h.baseline()
+	h := newBaseline(t)
 	snapshotData := persist(t, h.f)
 	var entries []Command
 	for i := range 300 {

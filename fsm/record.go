@@ -129,16 +129,19 @@ func (r *record) appendJSON(b []byte) []byte {
 	}
 	b = append(b, `,"attrs":`...)
 	b = append(b, r.attrs()...)
-	b = append(b, `,"observedAt":`...)
-	b = strconv.AppendInt(b, r.observedAt, 10)
-	b = append(b, `,"ttlMs":`...)
-	b = strconv.AppendInt(b, r.ttlMs, 10)
-	b = append(b, `,"registeredAt":`...)
-	b = strconv.AppendInt(b, r.registeredAt, 10)
-	b = append(b, `,"renewedAt":`...)
-	b = strconv.AppendInt(b, r.renewedAt, 10)
-	b = append(b, `,"expiresAt":`...)
-	b = strconv.AppendInt(b, r.expiresAt, 10)
+	for _, f := range [...]struct {
+		key string
+		v   int64
+	}{
+		{`,"observedAt":`, r.observedAt},
+		{`,"ttlMs":`, r.ttlMs},
+		{`,"registeredAt":`, r.registeredAt},
+		{`,"renewedAt":`, r.renewedAt},
+		{`,"expiresAt":`, r.expiresAt},
+	} {
+		b = append(b, f.key...)
+		b = strconv.AppendInt(b, f.v, 10)
+	}
 	b = append(b, `,"revision":`...)
 	b = strconv.AppendUint(b, r.revision, 10)
 	return append(b, '}')

@@ -58,8 +58,7 @@ func FuzzFSM_Restore(f *testing.F) {
 	}
 
 	f.Fuzz(func(t *testing.T, doc []byte) {
-		h := newHarness(t)
-		h.baseline()
+		h := newBaseline(t)
 		before := capture(h.f)
 		appliedBefore := h.f.AppliedIndex()
 		var watches [numTables]<-chan struct{}

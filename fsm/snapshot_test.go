@@ -70,8 +70,7 @@ func restore(t *testing.T, f *FSM, data []byte) error {
 
 // rich builds a state with something in every table and field.
 func rich(t testing.TB) *harness {
-	h := newHarness(t)
-	h.baseline()
+	h := newBaseline(t)
 	for _, cmd := range sampleCommands()[:2] { // register and heartbeat an instance
 		h.mustApply(cmd)
 	}
@@ -217,8 +216,7 @@ func TestFSM_RestoreRefuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t)
-			h.baseline()
+			h := newBaseline(t)
 			before := capture(h.f)
 			applied := h.f.AppliedIndex()
 			var chans []<-chan struct{}
@@ -244,8 +242,7 @@ func TestFSM_RestoreRefuses(t *testing.T) {
 
 func TestFSM_RestoreWakesWatches(t *testing.T) {
 	data := persist(t, rich(t).f)
-	h := newHarness(t)
-	h.baseline()
+	h := newBaseline(t)
 	var chans []<-chan struct{}
 	for table := range numTables {
 		_, ch := h.f.Watch(table)

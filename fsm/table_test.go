@@ -202,8 +202,7 @@ func TestCommandTable(t *testing.T) {
 			// It applies: on a state holding one of everything, a valid
 			// sample is never refused as malformed, and the cluster time
 			// moves to its Now (a claim sets it).
-			h := newHarness(t)
-			h.baseline()
+			h := newBaseline(t)
 			if typ != SetFormatType {
 				h.mustApply(SetFormat{Header: Header{Now: t0}, Level: MaxFormat})
 			}

@@ -38,8 +38,7 @@ func TestFSM_Watch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t)
-			h.baseline()
+			h := newBaseline(t)
 			if tt.setup != nil {
 				tt.setup(h)
 			}
@@ -64,8 +63,7 @@ func TestFSM_Watch(t *testing.T) {
 
 // The primary table's index is the claim's log index, whatever comes after.
 func TestFSM_WatchPrimaryIndex(t *testing.T) {
-	h := newHarness(t)
-	h.baseline()
+	h := newBaseline(t)
 	h.term = 8
 	claim := mustResult[Primary](h, ClaimPrimary{Header: Header{Now: t0 + 1}, Holder: "node-c", GraceMs: 1})
 	claimIndex := h.index

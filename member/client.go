@@ -251,6 +251,21 @@ func (c *Client) do(ctx context.Context, req request, out any) (http.Header, err
 	return c.doAt(ctx, target, req, out)
 }
 
+// call is do for an answer decoded into a T.
+func call[T any](ctx context.Context, c *Client, req request) (T, error) {
+	var out T
+	_, err := c.do(ctx, req, &out)
+	return out, err
+}
+
+// blockingGet is a blocking GET of path (?index=N&wait=D), decoded into a
+// T, with the answer's X-Elanous-Index: the index to pass next time.
+func blockingGet[T any](ctx context.Context, c *Client, path string, index uint64, wait time.Duration) (T, uint64, error) {
+	var out T
+	h, err := c.do(ctx, request{method: http.MethodGet, path: path, query: blockingQuery(index, wait)}, &out)
+	return out, headerIndex(h), err
+}
+
 // doAt is do with the target given.
 func (c *Client) doAt(ctx context.Context, target Address, req request, out any) (http.Header, error) {
 	endpoint := target.URL + req.path
@@ -434,19 +449,15 @@ func (c *Client) raw(ctx context.Context, path string, out *string) error {
 
 // Register upserts a resource (POST /v1/resources/register).
 func (c *Client) Register(ctx context.Context, r wire.RegisterRequest) (wire.Resource, error) {
-	var out wire.Resource
-	_, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/resources/register", body: r}, &out)
-	return out, err
+	return call[wire.Resource](ctx, c, request{method: http.MethodPost, path: "/v1/resources/register", body: r})
 }
 
 // HeartbeatResource renews a resource's TTL and merges attrs into its own
 // (POST /v1/resources/{id}/heartbeat). A 404 means the record is unknown or
 // expired and must be registered again.
 func (c *Client) HeartbeatResource(ctx context.Context, id string, attrs map[string]json.RawMessage) (wire.HeartbeatResponse, error) {
-	var out wire.HeartbeatResponse
-	_, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/resources/" + EscapeID(id) + "/heartbeat",
-		body: wire.HeartbeatRequest{Attrs: attrs}}, &out)
-	return out, err
+	return call[wire.HeartbeatResponse](ctx, c, request{method: http.MethodPost, path: "/v1/resources/" + EscapeID(id) + "/heartbeat",
+		body: wire.HeartbeatRequest{Attrs: attrs}})
 }
 
 // DeleteResource removes a resource (DELETE /v1/resources/{id}).
@@ -496,9 +507,7 @@ func (o ReadOptions) query() url.Values {
 
 // ListResources returns GET /v1/resources, narrowed by f.
 func (c *Client) ListResources(ctx context.Context, f ResourceFilter) ([]wire.Resource, error) {
-	var out []wire.Resource
-	_, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/resources", query: f.query()}, &out)
-	return out, err
+	return call[[]wire.Resource](ctx, c, request{method: http.MethodGet, path: "/v1/resources", query: f.query()})
 }
 
 // ListResourcesBlocking is a blocking GET /v1/resources?index=N&wait=D: it
@@ -506,16 +515,12 @@ func (c *Client) ListResources(ctx context.Context, f ResourceFilter) ([]wire.Re
 // included), or at wait. It returns the list and its X-Elanous-Index, the
 // index to pass next time.
 func (c *Client) ListResourcesBlocking(ctx context.Context, index uint64, wait time.Duration) ([]wire.Resource, uint64, error) {
-	var out []wire.Resource
-	h, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/resources", query: blockingQuery(index, wait)}, &out)
-	return out, headerIndex(h), err
+	return blockingGet[[]wire.Resource](ctx, c, "/v1/resources", index, wait)
 }
 
 // GetResource returns GET /v1/resources/{id}.
 func (c *Client) GetResource(ctx context.Context, id string) (wire.Resource, error) {
-	var out wire.Resource
-	_, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/resources/" + EscapeID(id)}, &out)
-	return out, err
+	return call[wire.Resource](ctx, c, request{method: http.MethodGet, path: "/v1/resources/" + EscapeID(id)})
 }
 
 // AcquirePortLease asks for the lowest free port of the test band
@@ -535,10 +540,8 @@ func (c *Client) AcquirePortLease(ctx context.Context, r wire.AcquireRequest, id
 // RenewPortLease renews the lease on port (POST /v1/leases/port/{port}/heartbeat
 // with x-port-lease-id, no body). 400, 403, 404 and 409 mean the lease is lost.
 func (c *Client) RenewPortLease(ctx context.Context, port int, leaseID string) (wire.LeaseHeartbeatResponse, error) {
-	var out wire.LeaseHeartbeatResponse
-	_, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/leases/port/" + strconv.Itoa(port) + "/heartbeat",
-		header: http.Header{wire.HeaderPortLeaseID: {leaseID}}}, &out)
-	return out, err
+	return call[wire.LeaseHeartbeatResponse](ctx, c, request{method: http.MethodPost, path: "/v1/leases/port/" + strconv.Itoa(port) + "/heartbeat",
+		header: http.Header{wire.HeaderPortLeaseID: {leaseID}}})
 }
 
 // ReleasePortLease releases the lease on port (DELETE /v1/leases/port/{port}
@@ -551,33 +554,25 @@ func (c *Client) ReleasePortLease(ctx context.Context, port int, leaseID string)
 
 // ListPortLeases returns GET /v1/leases/port.
 func (c *Client) ListPortLeases(ctx context.Context, o ReadOptions) ([]wire.PortLease, error) {
-	var out []wire.PortLease
-	_, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/leases/port", query: o.query()}, &out)
-	return out, err
+	return call[[]wire.PortLease](ctx, c, request{method: http.MethodGet, path: "/v1/leases/port", query: o.query()})
 }
 
 // ListLeasesBlocking is a blocking GET /v1/leases/port?index=N&wait=D,
 // returning the leases and their X-Elanous-Index.
 func (c *Client) ListLeasesBlocking(ctx context.Context, index uint64, wait time.Duration) ([]wire.PortLease, uint64, error) {
-	var out []wire.PortLease
-	h, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/leases/port", query: blockingQuery(index, wait)}, &out)
-	return out, headerIndex(h), err
+	return blockingGet[[]wire.PortLease](ctx, c, "/v1/leases/port", index, wait)
 }
 
 // GetPortLease returns GET /v1/leases/port/{port}.
 func (c *Client) GetPortLease(ctx context.Context, port int) (wire.PortLease, error) {
-	var out wire.PortLease
-	_, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/leases/port/" + strconv.Itoa(port)}, &out)
-	return out, err
+	return call[wire.PortLease](ctx, c, request{method: http.MethodGet, path: "/v1/leases/port/" + strconv.Itoa(port)})
 }
 
 // IssueMemberToken issues a machine token (POST /v1/tokens/member, admin).
 // The token is in the answer this once; the cluster keeps only its hash.
 func (c *Client) IssueMemberToken(ctx context.Context, machine string) (wire.IssuedToken, error) {
-	var out wire.IssuedToken
-	_, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/tokens/member",
-		body: wire.IssueTokenRequest{Machine: machine}}, &out)
-	return out, err
+	return call[wire.IssuedToken](ctx, c, request{method: http.MethodPost, path: "/v1/tokens/member",
+		body: wire.IssueTokenRequest{Machine: machine}})
 }
 
 // RevokeMemberToken revokes a machine's token (DELETE /v1/tokens/member/{machine}, admin).
@@ -588,14 +583,10 @@ func (c *Client) RevokeMemberToken(ctx context.Context, machine string) error {
 
 // ListMemberTokens lists machine tokens without their secrets (GET /v1/tokens/member, admin).
 func (c *Client) ListMemberTokens(ctx context.Context, o ReadOptions) ([]wire.TokenInfo, error) {
-	var out []wire.TokenInfo
-	_, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/tokens/member", query: o.query()}, &out)
-	return out, err
+	return call[[]wire.TokenInfo](ctx, c, request{method: http.MethodGet, path: "/v1/tokens/member", query: o.query()})
 }
 
 // ClusterStatus returns the target's own view of Raft (GET /v1/cluster/status).
 func (c *Client) ClusterStatus(ctx context.Context) (wire.ClusterStatus, error) {
-	var out wire.ClusterStatus
-	_, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/cluster/status"}, &out)
-	return out, err
+	return call[wire.ClusterStatus](ctx, c, request{method: http.MethodGet, path: "/v1/cluster/status"})
 }

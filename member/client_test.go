@@ -353,10 +353,7 @@ func TestHeartbeat_NoTokenInLogs(t *testing.T) {
 	c, _ := NewClient(ClientConfig{Resolver: r})
 	cfg := testHeartbeatConfig(c, 5*time.Millisecond)
 	cfg.Logger = logs.logger()
-	hb, err := StartHeartbeat(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	hb := mustStartHeartbeat(t, t.Context(), cfg)
 	if !logs.waitFor("http-401", 10*time.Second) {
 		t.Fatalf("no failure logged within 10s:\n%s", logs.String())
 	}

@@ -46,6 +46,16 @@ func testHeartbeatConfig(c *Client, interval time.Duration) HeartbeatConfig {
 	}
 }
 
+// mustStartHeartbeat starts the heartbeat loop; the test fails if it does not start.
+func mustStartHeartbeat(t *testing.T, ctx context.Context, cfg HeartbeatConfig) *Heartbeat {
+	t.Helper()
+	hb, err := StartHeartbeat(ctx, cfg)
+	if err != nil {
+		t.Fatalf("StartHeartbeat() error = %v", err)
+	}
+	return hb
+}
+
 func TestHeartbeat_Decisions(t *testing.T) {
 	tests := []struct {
 		name       string
@@ -139,10 +149,7 @@ func TestHeartbeat_Decisions(t *testing.T) {
 				if interval == 0 {
 					interval = DefaultHeartbeatInterval
 				}
-				hb, err := StartHeartbeat(t.Context(), testHeartbeatConfig(c, interval))
-				if err != nil {
-					t.Fatalf("StartHeartbeat() error = %v", err)
-				}
+				hb := mustStartHeartbeat(t, t.Context(), testHeartbeatConfig(c, interval))
 				// Inside the bubble, sleeping advances the fake clock deterministically.
 				time.Sleep(tt.until)
 				hb.Stop()
@@ -166,10 +173,7 @@ func TestHeartbeat_Decisions(t *testing.T) {
 func TestHeartbeat_FailoverCostsOneRetry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n, c := twoHostsPrimaryA(t)
-		hb, err := StartHeartbeat(t.Context(), testHeartbeatConfig(c, DefaultHeartbeatInterval))
-		if err != nil {
-			t.Fatalf("StartHeartbeat() error = %v", err)
-		}
+		hb := mustStartHeartbeat(t, t.Context(), testHeartbeatConfig(c, DefaultHeartbeatInterval))
 		time.Sleep(45 * time.Second)
 		// a is killed; b wins the election (generation 2).
 		for _, kind := range []string{"primary", "register", "heartbeat"} {
@@ -467,10 +471,7 @@ func TestFailover_NewClaimEndsBackoff(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		followed := make(chan struct{})
 		go func() { defer close(followed); c.FollowPrimary(ctx) }()
-		hb, err := StartHeartbeat(ctx, testHeartbeatConfig(c, DefaultHeartbeatInterval))
-		if err != nil {
-			t.Fatalf("StartHeartbeat() error = %v", err)
-		}
+		hb := mustStartHeartbeat(t, ctx, testHeartbeatConfig(c, DefaultHeartbeatInterval))
 		k, rec := startLease(t, ctx, n, c, 31450, "lease-1", nil)
 		time.Sleep(20 * time.Second)
 		// a dies; b has not won its election yet (it knows no primary).

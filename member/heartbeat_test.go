@@ -37,10 +37,7 @@ func TestStartHeartbeat_Validation(t *testing.T) {
 		})
 	}
 	t.Run("300 s is accepted", func(t *testing.T) {
-		hb, err := StartHeartbeat(t.Context(), testHeartbeatConfig(c, MaxHeartbeatInterval))
-		if err != nil {
-			t.Fatalf("StartHeartbeat() error = %v", err)
-		}
+		hb := mustStartHeartbeat(t, t.Context(), testHeartbeatConfig(c, MaxHeartbeatInterval))
 		hb.Stop()
 	})
 }
@@ -50,10 +47,7 @@ func TestStartHeartbeat_Validation(t *testing.T) {
 func TestHeartbeat_Bodies(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n, c := oneHostPrimaryA(t)
-		hb, err := StartHeartbeat(t.Context(), testHeartbeatConfig(c, DefaultHeartbeatInterval))
-		if err != nil {
-			t.Fatalf("StartHeartbeat() error = %v", err)
-		}
+		hb := mustStartHeartbeat(t, t.Context(), testHeartbeatConfig(c, DefaultHeartbeatInterval))
 		time.Sleep(31 * time.Second)
 		hb.Stop()
 		regs := n.requests("register")
@@ -110,10 +104,7 @@ func TestHeartbeat_InstanceRefresh(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n, c := oneHostPrimaryA(t)
 		n.script(hostA+" instance-heartbeat", status(200), status(404))
-		hb, err := StartHeartbeat(t.Context(), testHeartbeatConfig(c, DefaultHeartbeatInterval))
-		if err != nil {
-			t.Fatalf("StartHeartbeat() error = %v", err)
-		}
+		hb := mustStartHeartbeat(t, t.Context(), testHeartbeatConfig(c, DefaultHeartbeatInterval))
 		time.Sleep(605 * time.Second)
 		hb.Stop()
 		refreshes := n.requests("instance-heartbeat")
@@ -142,10 +133,7 @@ func TestHeartbeat_LogsReasonChanges(t *testing.T) {
 		var logs logBuffer
 		cfg := testHeartbeatConfig(c, DefaultHeartbeatInterval)
 		cfg.Logger = logs.logger()
-		hb, err := StartHeartbeat(t.Context(), cfg)
-		if err != nil {
-			t.Fatalf("StartHeartbeat() error = %v", err)
-		}
+		hb := mustStartHeartbeat(t, t.Context(), cfg)
 		time.Sleep(30 * time.Minute)
 		hb.Stop()
 		var reasons []string
@@ -180,10 +168,7 @@ func TestHeartbeat_StopAbortsInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n, c := oneHostPrimaryA(t)
 		n.setDefault(hostA+" heartbeat", hang)
-		hb, err := StartHeartbeat(t.Context(), testHeartbeatConfig(c, DefaultHeartbeatInterval))
-		if err != nil {
-			t.Fatalf("StartHeartbeat() error = %v", err)
-		}
+		hb := mustStartHeartbeat(t, t.Context(), testHeartbeatConfig(c, DefaultHeartbeatInterval))
 		time.Sleep(31 * time.Second)
 		before := time.Now()
 		hb.Stop()
@@ -207,10 +192,7 @@ func TestHeartbeat_ContextCancelStops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, c := oneHostPrimaryA(t)
 		ctx, cancel := context.WithCancel(t.Context())
-		hb, err := StartHeartbeat(ctx, testHeartbeatConfig(c, DefaultHeartbeatInterval))
-		if err != nil {
-			t.Fatalf("StartHeartbeat() error = %v", err)
-		}
+		hb := mustStartHeartbeat(t, ctx, testHeartbeatConfig(c, DefaultHeartbeatInterval))
 		time.Sleep(40 * time.Second)
 		cancel()
 		synctest.Wait()

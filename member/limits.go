@@ -10,16 +10,12 @@ import (
 // Limits returns the cluster's quotas and the target's own limits
 // (GET /v1/cluster/limits, query scope).
 func (c *Client) Limits(ctx context.Context, o ReadOptions) (wire.LimitsStatus, error) {
-	var out wire.LimitsStatus
-	_, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/cluster/limits", query: o.query()}, &out)
-	return out, err
+	return call[wire.LimitsStatus](ctx, c, request{method: http.MethodGet, path: "/v1/cluster/limits", query: o.query()})
 }
 
 // SetLimits replaces the cluster's quotas through the log
 // (PUT /v1/cluster/limits, admin scope): a zero field takes its default. It
 // returns the limits then in force.
 func (c *Client) SetLimits(ctx context.Context, l wire.Limits) (wire.LimitsStatus, error) {
-	var out wire.LimitsStatus
-	_, err := c.do(ctx, request{method: http.MethodPut, path: "/v1/cluster/limits", body: l}, &out)
-	return out, err
+	return call[wire.LimitsStatus](ctx, c, request{method: http.MethodPut, path: "/v1/cluster/limits", body: l})
 }

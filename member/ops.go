@@ -45,9 +45,7 @@ func (c *Client) RestoreSnapshot(ctx context.Context, file io.Reader, size int64
 // other voter when to is empty) and returns the new leader's claim, once it
 // is applied on the node that answers.
 func (c *Client) TransferLeader(ctx context.Context, to string) (wire.TransferResult, error) {
-	var out wire.TransferResult
-	_, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/cluster/leader/transfer", body: wire.TransferRequest{To: to}}, &out)
-	return out, err
+	return call[wire.TransferResult](ctx, c, request{method: http.MethodPost, path: "/v1/cluster/leader/transfer", body: wire.TransferRequest{To: to}})
 }
 
 // stream sends a request whose body (when not nil, of size bytes) is sent as

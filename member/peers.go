@@ -13,18 +13,14 @@ import (
 // (query scope; a machine token may read it). With o.Consistent the leader
 // answers, with its probe of each server (Peer.Health).
 func (c *Client) ListPeers(ctx context.Context, o ReadOptions) ([]wire.Peer, error) {
-	var out []wire.Peer
-	_, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/cluster/peers", query: o.query()}, &out)
-	return out, err
+	return call[[]wire.Peer](ctx, c, request{method: http.MethodGet, path: "/v1/cluster/peers", query: o.query()})
 }
 
 // ListPeersBlocking is a blocking GET /v1/cluster/peers?index=N&wait=D: it
 // answers once the candidate directory changed after index, or at wait. It
 // returns the servers and their X-Elanous-Index.
 func (c *Client) ListPeersBlocking(ctx context.Context, index uint64, wait time.Duration) ([]wire.Peer, uint64, error) {
-	var out []wire.Peer
-	h, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/cluster/peers", query: blockingQuery(index, wait)}, &out)
-	return out, headerIndex(h), err
+	return blockingGet[[]wire.Peer](ctx, c, "/v1/cluster/peers", index, wait)
 }
 
 // AddPeer adds a server (POST /v1/cluster/peers, admin): a non-voter the
@@ -32,9 +28,7 @@ func (c *Client) ListPeersBlocking(ctx context.Context, index uint64, wait time.
 // server (201 when new, 200 when it was one already: only its URL may have
 // been brought up to date).
 func (c *Client) AddPeer(ctx context.Context, r wire.AddPeerRequest) (wire.Peer, error) {
-	var out wire.Peer
-	_, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/cluster/peers", body: r}, &out)
-	return out, err
+	return call[wire.Peer](ctx, c, request{method: http.MethodPost, path: "/v1/cluster/peers", body: r})
 }
 
 // RemovePeer removes a server (DELETE /v1/cluster/peers/{machine}, admin).
@@ -46,17 +40,13 @@ func (c *Client) RemovePeer(ctx context.Context, machine string, force bool) err
 
 // PromotePeer makes a server a voter (POST /v1/cluster/peers/{machine}/promote, admin).
 func (c *Client) PromotePeer(ctx context.Context, machine string) (wire.Peer, error) {
-	var out wire.Peer
-	_, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/cluster/peers/" + EscapeID(machine) + "/promote"}, &out)
-	return out, err
+	return call[wire.Peer](ctx, c, request{method: http.MethodPost, path: "/v1/cluster/peers/" + EscapeID(machine) + "/promote"})
 }
 
 // DemotePeer makes a voter a non-voter (POST /v1/cluster/peers/{machine}/demote,
 // admin); refused like RemovePeer when it would lose the quorum, unless force.
 func (c *Client) DemotePeer(ctx context.Context, machine string, force bool) (wire.Peer, error) {
-	var out wire.Peer
-	_, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/cluster/peers/" + EscapeID(machine) + "/demote", query: forceQuery(force)}, &out)
-	return out, err
+	return call[wire.Peer](ctx, c, request{method: http.MethodPost, path: "/v1/cluster/peers/" + EscapeID(machine) + "/demote", query: forceQuery(force)})
 }
 
 func forceQuery(force bool) url.Values {

@@ -6,73 +6,43 @@ import (
 	"testing"
 )
 
-func TestValidMachine(t *testing.T) {
+// The name rules: each holds for its yes inputs and fails for its no inputs.
+func TestValidNames(t *testing.T) {
 	tests := []struct {
-		name string
-		want bool
+		rule    string
+		valid   func(string) bool
+		yes, no []string
 	}{
-		{"mbp", true},
-		{"MBP-2.local_x", true},
-		{"0", true},
-		{strings.Repeat("m", 253), true},
-		{strings.Repeat("m", 254), false},
-		{"", false},
-		{"__proto__", false},
-		{"constructor", false},
-		{"prototype", false},
-		{".hidden", false},
-		{"_x", false},
-		{"a/b", false},
-		{"mäschine", false},
-		{"a\n", false},
+		{"ValidMachine", ValidMachine,
+			[]string{"mbp", "MBP-2.local_x", "0", strings.Repeat("m", 253)},
+			[]string{strings.Repeat("m", 254), "", "__proto__", "constructor", "prototype", ".hidden", "_x", "a/b", "mäschine", "a\n"}},
+		{"ValidCandidate", ValidCandidate,
+			[]string{"node-a", "0", strings.Repeat("n", 32), "n1-2-3"},
+			[]string{strings.Repeat("n", 33), "Node-a", "-node", "node.a", "node_a", ""}},
 	}
 	for _, tt := range tests {
-		if got := ValidMachine(tt.name); got != tt.want {
-			t.Errorf("ValidMachine(%q) = %v, want %v", tt.name, got, tt.want)
+		for _, in := range tt.yes {
+			if !tt.valid(in) {
+				t.Errorf("%s(%q) = false, want true", tt.rule, in)
+			}
 		}
-	}
-}
-
-func TestValidCandidate(t *testing.T) {
-	tests := []struct {
-		name string
-		want bool
-	}{
-		{"node-a", true},
-		{"0", true},
-		{strings.Repeat("n", 32), true},
-		{strings.Repeat("n", 33), false},
-		{"Node-a", false},
-		{"-node", false},
-		{"node.a", false},
-		{"node_a", false},
-		{"n1-2-3", true},
-		{"", false},
-	}
-	for _, tt := range tests {
-		if got := ValidCandidate(tt.name); got != tt.want {
-			t.Errorf("ValidCandidate(%q) = %v, want %v", tt.name, got, tt.want)
+		for _, in := range tt.no {
+			if tt.valid(in) {
+				t.Errorf("%s(%q) = true, want false", tt.rule, in)
+			}
 		}
 	}
 }
 
 func TestValidPort(t *testing.T) {
-	tests := []struct {
-		port int
-		want bool
-	}{
-		{1, true},
-		{80, true},
-		{31413, true},
-		{65535, true},
-		{0, false},
-		{-1, false},
-		{65536, false},
-		{1 << 31, false},
+	for _, port := range []int{1, 80, 31413, 65535} {
+		if !ValidPort(port) {
+			t.Errorf("ValidPort(%d) = false, want true", port)
+		}
 	}
-	for _, tt := range tests {
-		if got := ValidPort(tt.port); got != tt.want {
-			t.Errorf("ValidPort(%d) = %v, want %v", tt.port, got, tt.want)
+	for _, port := range []int{0, -1, 65536, 1 << 31} {
+		if ValidPort(port) {
+			t.Errorf("ValidPort(%d) = true, want false", port)
 		}
 	}
 }

@@ -45,11 +45,7 @@ func NewCA(now time.Time, validity time.Duration) (Pair, error) {
 	if validity <= 0 {
 		validity = DefaultCAValidity
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return Pair{}, fmt.Errorf("generate CA key: %w", err)
-	}
-	serial, err := newSerial()
+	key, serial, err := newKey("CA key")
 	if err != nil {
 		return Pair{}, err
 	}
@@ -101,11 +97,7 @@ func NewCert(ca Pair, req CertRequest, now time.Time) (Pair, error) {
 	if !caCert.IsCA {
 		return Pair{}, errors.New("CA: the certificate is not a certificate authority")
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return Pair{}, fmt.Errorf("generate key: %w", err)
-	}
-	serial, err := newSerial()
+	key, serial, err := newKey("key")
 	if err != nil {
 		return Pair{}, err
 	}
@@ -180,6 +172,20 @@ func encodePair(der []byte, key *ecdsa.PrivateKey) (Pair, error) {
 		Cert: pem.EncodeToMemory(&pem.Block{Type: pemCertificate, Bytes: der}),
 		Key:  pem.EncodeToMemory(&pem.Block{Type: pemPrivateKey, Bytes: kder}),
 	}, nil
+}
+
+// newKey generates the ECDSA P-256 key of a certificate and draws its
+// serial number; what names the key in the error of a failed generation.
+func newKey(what string) (*ecdsa.PrivateKey, *big.Int, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generate %s: %w", what, err)
+	}
+	serial, err := newSerial()
+	if err != nil {
+		return nil, nil, err
+	}
+	return key, serial, nil
 }
 
 // newSerial draws a random 128-bit serial number.

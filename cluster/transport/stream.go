@@ -27,9 +27,7 @@ type TCPStream struct {
 	ln        net.Listener
 	advertise net.Addr
 	onDrop    func() // nil: no reports
-
-	mu    sync.Mutex
-	conns map[net.Conn]struct{} // open connections; guarded by mu; nil once closed
+	conns     connSet
 }
 
 // NewTCPStream listens on bind and returns the stream layer; advertise must
@@ -42,7 +40,7 @@ func NewTCPStream(bind string, advertise *net.TCPAddr, onDrop func()) (*TCPStrea
 	if err != nil {
 		return nil, err
 	}
-	return &TCPStream{ln: ln, advertise: advertise, onDrop: onDrop, conns: map[net.Conn]struct{}{}}, nil
+	return &TCPStream{ln: ln, advertise: advertise, onDrop: onDrop}, nil
 }
 
 // Accept returns the next inbound connection, wrapped to report a failed Read.
@@ -55,39 +53,33 @@ func (s *TCPStream) Accept() (net.Conn, error) {
 	if s.onDrop != nil {
 		conn = &watchedConn{Conn: c, onDrop: s.onDrop}
 	}
-	if !s.track(conn) {
+	if !s.conns.track(conn) {
 		_ = c.Close()
 		return nil, net.ErrClosed
 	}
-	return &trackedConn{Conn: conn, s: s}, nil
+	return &trackedConn{Conn: conn, raw: conn, set: &s.conns}, nil
 }
 
 // Dial connects to a peer; it fails once the layer is closed.
 func (s *TCPStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	if s.isClosed() {
+	if s.conns.isClosed() {
 		return nil, fmt.Errorf("dial %s: %w", address, net.ErrClosed)
 	}
 	c, err := net.DialTimeout("tcp", string(address), timeout)
 	if err != nil {
 		return nil, err
 	}
-	if !s.track(c) {
+	if !s.conns.track(c) {
 		_ = c.Close()
 		return nil, fmt.Errorf("dial %s: %w", address, net.ErrClosed)
 	}
-	return &trackedConn{Conn: c, s: s}, nil
+	return &trackedConn{Conn: c, raw: c, set: &s.conns}, nil
 }
 
 // Close closes the listener and every open connection.
 func (s *TCPStream) Close() error {
 	err := s.ln.Close()
-	s.mu.Lock()
-	conns := s.conns
-	s.conns = nil
-	s.mu.Unlock()
-	for c := range conns {
-		_ = c.Close()
-	}
+	s.conns.closeAll()
 	return err
 }
 
@@ -99,44 +91,6 @@ func (s *TCPStream) Addr() net.Addr { return s.advertise }
 // connections still stand (a paused or black-holed process, as the peers see
 // it).
 func (s *TCPStream) CloseListener() error { return s.ln.Close() }
-
-func (s *TCPStream) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.conns == nil
-}
-
-// track registers an open connection; false once the layer is closed.
-func (s *TCPStream) track(c net.Conn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.conns == nil {
-		return false
-	}
-	s.conns[c] = struct{}{}
-	return true
-}
-
-func (s *TCPStream) untrack(c net.Conn) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.conns != nil {
-		delete(s.conns, c)
-	}
-}
-
-// trackedConn forgets itself in its layer when closed.
-type trackedConn struct {
-	net.Conn
-	s    *TCPStream
-	once sync.Once
-}
-
-func (c *trackedConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(func() { c.s.untrack(c.Conn) })
-	return err
-}
 
 // watchedConn calls onDrop at the first Read or Write that fails: the peer
 // closed or reset the connection, or this side closed it. Both count: raft

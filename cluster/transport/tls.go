@@ -76,12 +76,7 @@ type TLS struct {
 	closeOnce sync.Once
 	slots     chan struct{} // handshakes in progress
 	wg        sync.WaitGroup
-
-	mu sync.Mutex
-	// conns are the open connections, inbound and dialed, by their raw TCP
-	// connection; guarded by mu; nil once closed. Close closes them all, so
-	// a closed transport looks from outside as a dead process does.
-	conns map[net.Conn]struct{}
+	conns     connSet // by their raw TCP connection
 }
 
 // NewTLS listens on cfg.BindAddr and returns the transport.
@@ -104,9 +99,8 @@ func NewTLS(cfg TLSConfig) (*TLS, error) {
 		consumeCh: make(chan raft.RPC),
 		done:      make(chan struct{}),
 		slots:     make(chan struct{}, maxHandshakes),
-		conns:     map[net.Conn]struct{}{},
 	}
-	t.dialer = &tlsDialer{addr: adv, t: t, closed: make(chan struct{})}
+	t.dialer = &tlsDialer{idleListener: newIdleListener(adv), t: t}
 	t.NetworkTransport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: t.dialer, MaxPool: 3, Timeout: cfg.Timeout, Logger: cfg.HCLog,
 	})
@@ -135,36 +129,10 @@ func (t *TLS) Close() error {
 		close(t.done)
 		_ = t.ln.Close()
 		_ = t.NetworkTransport.Close()
-		t.mu.Lock()
-		conns := t.conns
-		t.conns = nil
-		t.mu.Unlock()
-		for c := range conns {
-			_ = c.Close()
-		}
+		t.conns.closeAll()
 		t.wg.Wait()
 	})
 	return nil
-}
-
-// track registers an open connection, inbound or dialed; it reports false
-// (and the caller closes the connection) once the transport is closed.
-func (t *TLS) track(c net.Conn) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.conns == nil {
-		return false
-	}
-	t.conns[c] = struct{}{}
-	return true
-}
-
-func (t *TLS) untrack(c net.Conn) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.conns != nil {
-		delete(t.conns, c)
-	}
 }
 
 // refuse logs one refused connection.
@@ -195,7 +163,7 @@ func (t *TLS) accept() {
 			_ = raw.Close()
 			continue
 		}
-		if !t.track(raw) {
+		if !t.conns.track(raw) {
 			_ = raw.Close()
 			return
 		}
@@ -228,7 +196,7 @@ func (t *TLS) admit(raw net.Conn) {
 	}
 	ic := &inboundConn{Conn: conn, raw: raw, t: t, closed: make(chan struct{})}
 	inner := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  &oneConnListener{conn: ic, addr: t.ln.Addr(), done: make(chan struct{})},
+		Stream:  &oneConnListener{idleListener: newIdleListener(t.ln.Addr()), conn: ic},
 		MaxPool: 1, Timeout: t.cfg.Timeout, Logger: t.cfg.HCLog,
 	})
 	t.relay(inner, ic, machine)
@@ -236,7 +204,7 @@ func (t *TLS) admit(raw net.Conn) {
 
 func (t *TLS) drop(raw net.Conn) {
 	_ = raw.Close()
-	t.untrack(raw)
+	t.conns.untrack(raw)
 }
 
 // relay passes the RPCs of one admitted connection to Consumer while their
@@ -350,19 +318,41 @@ func (c *inboundConn) Close() error {
 	c.once.Do(func() {
 		close(c.closed)
 		_ = c.Conn.Close()
-		c.t.untrack(c.raw)
+		c.t.conns.untrack(c.raw)
 	})
 	return nil
 }
 
-// oneConnListener is the stream layer of an inner NetworkTransport: Accept
-// yields its one connection, then blocks until Close.
-type oneConnListener struct {
-	mu   sync.Mutex
-	conn net.Conn // guarded by mu; nil once accepted
+// idleListener is the listening half of a stream layer that accepts
+// nothing: Accept blocks until Close.
+type idleListener struct {
 	addr net.Addr
 	once sync.Once
 	done chan struct{}
+}
+
+func newIdleListener(addr net.Addr) idleListener {
+	return idleListener{addr: addr, done: make(chan struct{})}
+}
+
+func (l *idleListener) Accept() (net.Conn, error) {
+	<-l.done
+	return nil, net.ErrClosed
+}
+
+func (l *idleListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *idleListener) Addr() net.Addr { return l.addr }
+
+// oneConnListener is the stream layer of an inner NetworkTransport: Accept
+// yields its one connection, then blocks until Close.
+type oneConnListener struct {
+	idleListener
+	mu   sync.Mutex
+	conn net.Conn // guarded by mu; nil once accepted
 }
 
 func (l *oneConnListener) Accept() (net.Conn, error) {
@@ -373,16 +363,8 @@ func (l *oneConnListener) Accept() (net.Conn, error) {
 	if c != nil {
 		return c, nil
 	}
-	<-l.done
-	return nil, net.ErrClosed
+	return l.idleListener.Accept()
 }
-
-func (l *oneConnListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *oneConnListener) Addr() net.Addr { return l.addr }
 
 func (l *oneConnListener) Dial(raft.ServerAddress, time.Duration) (net.Conn, error) {
 	return nil, errors.New("inbound-only stream layer")
@@ -391,23 +373,9 @@ func (l *oneConnListener) Dial(raft.ServerAddress, time.Duration) (net.Conn, err
 // tlsDialer is the stream layer of the outgoing NetworkTransport: it dials
 // peers with TLS and never accepts.
 type tlsDialer struct {
-	addr   net.Addr
-	t      *TLS
-	once   sync.Once
-	closed chan struct{}
+	idleListener
+	t *TLS
 }
-
-func (d *tlsDialer) Accept() (net.Conn, error) {
-	<-d.closed
-	return nil, net.ErrClosed
-}
-
-func (d *tlsDialer) Close() error {
-	d.once.Do(func() { close(d.closed) })
-	return nil
-}
-
-func (d *tlsDialer) Addr() net.Addr { return d.addr }
 
 // Dial connects to the candidate at address and completes a TLS handshake
 // that requires the peer's certificate to chain to the cluster CA and to
@@ -451,24 +419,9 @@ func (d *tlsDialer) Dial(address raft.ServerAddress, timeout time.Duration) (net
 		return nil, fmt.Errorf("dial %s (%s): %w", machine, address, err)
 	}
 	_ = raw.SetDeadline(time.Time{})
-	if !d.t.track(raw) {
+	if !d.t.conns.track(raw) {
 		_ = conn.Close()
 		return nil, fmt.Errorf("dial %s: %w", address, net.ErrClosed)
 	}
-	return &dialedConn{Conn: conn, raw: raw, t: d.t}, nil
-}
-
-// dialedConn is an outgoing connection; it forgets itself in the transport
-// when closed.
-type dialedConn struct {
-	*tls.Conn
-	raw  net.Conn
-	t    *TLS
-	once sync.Once
-}
-
-func (c *dialedConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(func() { c.t.untrack(c.raw) })
-	return err
+	return &trackedConn{Conn: conn, raw: raw, set: &d.t.conns}, nil
 }

@@ -114,9 +114,15 @@ func (f *fakeCandidate) seen() []string {
 
 // runCLI runs the client commands under a root like the real one.
 func runCLI(ctx context.Context, args ...string) (string, string, error) {
+	return runUnder(ctx, []*cobra.Command{newStatusCmd(), newTokenCmd(), newLeaseCmd(), newResourcesCmd(), newMemberCmd(), newJoinCmd()}, args...)
+}
+
+// runUnder runs args under a root like the real one that holds only cmds,
+// and returns what it wrote to stdout and stderr.
+func runUnder(ctx context.Context, cmds []*cobra.Command, args ...string) (string, string, error) {
 	root := &cobra.Command{Use: "elanous-node", SilenceUsage: true, SilenceErrors: true}
 	root.PersistentFlags().String("config", "", "path to elanous.yaml")
-	root.AddCommand(newStatusCmd(), newTokenCmd(), newLeaseCmd(), newResourcesCmd(), newMemberCmd(), newJoinCmd())
+	root.AddCommand(cmds...)
 	var out, errb bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&errb)

@@ -20,9 +20,7 @@ import (
 // id with the same messages, and every node, the killed one restarted,
 // answers the same timeline.
 func TestE2E_EventsAndTimeline(t *testing.T) {
-	e2eBinary(t)
-	c := newE2ECluster(t, 3)
-	leader, before := c.startAll()
+	c, leader, before := startE2ECluster(t)
 	survivors := c.running(leader)
 	follower, other := survivors[0], survivors[1]
 	testutil.Poll(t, "format 4 on every node", 30*time.Second, func() error { return c.atFormat(fsm.MaxFormat, c.nodes...) })
@@ -83,12 +81,8 @@ func TestE2E_EventsAndTimeline(t *testing.T) {
 
 	// Every node answers the same timeline.
 	timeline := func(nd *e2eNode) (string, wire.Timeline, error) {
-		r, err := testutil.DoExpect(e2eCall(http.MethodGet, nd.url+"/v1/cluster/timeline", c.tokens.Query, nil), http.StatusOK)
+		tl, err := queryGet[wire.Timeline](c, nd, "/v1/cluster/timeline")
 		if err != nil {
-			return "", wire.Timeline{}, err
-		}
-		var tl wire.Timeline
-		if err := json.Unmarshal(r.Body, &tl); err != nil {
 			return "", tl, err
 		}
 		entries, err := json.Marshal(tl.Entries)

@@ -40,9 +40,7 @@ func verdictOf(t *testing.T, r cliResult) fenceVerdict {
 // 400 / 401 over HTTP and exit 2 from the CLI (ARCHITECTURE.md, "Fences for
 // downstream").
 func TestE2E_FenceCheck(t *testing.T) {
-	e2eBinary(t)
-	c := newE2ECluster(t, 3)
-	leader, before := c.startAll()
+	c, leader, before := startE2ECluster(t)
 	follower := c.running(leader)[0]
 	check := func(nd *e2eNode, port int, fence uint64) testutil.Call {
 		return e2eCall(http.MethodPost, nd.url+"/v1/fences/check", c.tokens.Query, wire.FenceCheckRequest{Port: port, Fence: fence})

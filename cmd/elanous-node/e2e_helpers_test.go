@@ -240,6 +240,28 @@ func newE2ECluster(t *testing.T, n int) *e2eCluster {
 	return buildE2ECluster(t, n, false)
 }
 
+// queryGet GETs path on nd with the query token and decodes the 200 answer
+// into a T.
+func queryGet[T any](c *e2eCluster, nd *e2eNode, path string) (T, error) {
+	var v T
+	r, err := testutil.DoExpect(e2eCall(http.MethodGet, nd.url+path, c.tokens.Query, nil), http.StatusOK)
+	if err != nil {
+		return v, err
+	}
+	err = json.Unmarshal(r.Body, &v)
+	return v, err
+}
+
+// startE2ECluster starts a 3-node cluster (newE2ECluster, startAll) and
+// returns it with its leader and first claim; it skips the test with -short.
+func startE2ECluster(t *testing.T) (*e2eCluster, *e2eNode, wire.Primary) {
+	t.Helper()
+	e2eBinary(t)
+	c := newE2ECluster(t, 3)
+	leader, claim := c.startAll()
+	return c, leader, claim
+}
+
 // buildE2ECluster is newE2ECluster, with TLS (https URLs, certificates of
 // the e2e CA for every node, tls.* in the configs) when withTLS is set.
 func buildE2ECluster(t *testing.T, n int, withTLS bool) *e2eCluster {

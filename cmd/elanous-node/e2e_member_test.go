@@ -32,9 +32,7 @@ func TestE2E_MemberSurvivesLeaderKill(t *testing.T) {
 }
 
 func memberSurvivesLeaderKill(t *testing.T, follow bool) {
-	e2eBinary(t)
-	c := newE2ECluster(t, 3)
-	leader, before := c.startAll()
+	c, leader, before := startE2ECluster(t)
 	t.Logf("leader %s, generation %d", leader.id, before.Generation)
 
 	const machine = "mbp"
@@ -122,12 +120,8 @@ func memberSurvivesLeaderKill(t *testing.T, follow bool) {
 	// Both records registered and replicated everywhere.
 	testutil.Poll(t, "the member's records on every node", 5*time.Second, func() error {
 		for _, nd := range c.nodes {
-			r, err := testutil.DoExpect(e2eCall(http.MethodGet, nd.url+"/v1/resources?machine="+machine, c.tokens.Query, nil), http.StatusOK)
+			list, err := queryGet[[]wire.Resource](c, nd, "/v1/resources?machine="+machine)
 			if err != nil {
-				return err
-			}
-			var list []wire.Resource
-			if err := json.Unmarshal(r.Body, &list); err != nil {
 				return err
 			}
 			if len(list) != 2 {
@@ -255,11 +249,8 @@ func memberSurvivesLeaderKill(t *testing.T, follow bool) {
 	// new term, expiring later than before the kill.
 	var after wire.PortLease
 	testutil.Poll(t, "the lease renewed on the new leader", 5*time.Second, func() error {
-		r, err := testutil.DoExpect(e2eCall(http.MethodGet, fmt.Sprintf("%s/v1/leases/port/%d", newLeader.url, lease.Port), c.tokens.Query, nil), http.StatusOK)
-		if err != nil {
-			return err
-		}
-		if err := json.Unmarshal(r.Body, &after); err != nil {
+		var err error
+		if after, err = c.leaseOf(newLeader, lease.Port); err != nil {
 			return err
 		}
 		if after.RenewedAt < claim.ClaimedAt {
@@ -384,9 +375,7 @@ func TestE2E_PrimaryBlockingQuery(t *testing.T) {
 }
 
 func testPrimaryBlockingQuery(t *testing.T, sig syscall.Signal, sigName string) {
-	e2eBinary(t)
-	c := newE2ECluster(t, 3)
-	leader, before := c.startAll()
+	c, leader, before := startE2ECluster(t)
 	followers := c.running(leader)
 	t.Logf("leader %s, generation %d; blocking queries on %s and %s", leader.id, before.Generation, followers[0].id, followers[1].id)
 

@@ -22,12 +22,10 @@ const e2eNoLeaderBound = 3 * time.Second
 // of write sent to the survivor answers 503 no-leader, with an error body and
 // Retry-After, within e2eNoLeaderBound.
 func TestE2E_WriteWithoutLeader(t *testing.T) {
-	e2eBinary(t)
-	c := newE2ECluster(t, 3)
 	// The survivor is the leader: a follower left alone could be handed
 	// leadership for a moment; a leader that loses its quorum steps down once
 	// and can never lead again.
-	survivor, _ := c.startAll()
+	c, survivor, _ := startE2ECluster(t)
 	acked := newAckedWrites()
 	c.register(acked, survivor, "machine:lonely")
 	lease := c.acquire(acked, survivor, "no-leader")

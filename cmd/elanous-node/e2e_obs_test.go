@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/elanous/elanous-node/internal/testutil"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -392,7 +393,7 @@ func TestE2E_Observability(t *testing.T) {
 	// and an access line share exactly the envelope's keys.
 	for _, nd := range c.nodes {
 		_, stderr := nd.proc.output()
-		var raftKeys, apiKeys []string
+		var raftLine, apiLine map[string]any
 		for _, line := range strings.Split(strings.TrimSpace(stderr), "\n") {
 			var m map[string]any
 			if err := json.Unmarshal([]byte(line), &m); err != nil {
@@ -404,32 +405,16 @@ func TestE2E_Observability(t *testing.T) {
 					t.Errorf("%s: log line %q lacks %q", nd.id, line, k)
 				}
 			}
-			keys := slices.Sorted(func(yield func(string) bool) {
-				for k := range m {
-					if !yield(k) {
-						return
-					}
-				}
-			})
-			switch {
-			case m["component"] == "raft" && raftKeys == nil:
-				raftKeys = keys
-			case m["component"] == "api" && m["msg"] == "http request" && apiKeys == nil:
-				apiKeys = keys
-			}
+			pickLogLine(m, &raftLine, &apiLine)
 		}
-		if raftKeys == nil || apiKeys == nil {
-			t.Errorf("%s: found a raft line: %v, an access line: %v; want both", nd.id, raftKeys != nil, apiKeys != nil)
+		if raftLine == nil || apiLine == nil {
+			t.Errorf("%s: found a raft line: %v, an access line: %v; want both", nd.id, raftLine != nil, apiLine != nil)
 			continue
 		}
-		var shared []string
-		for _, k := range raftKeys {
-			if slices.Contains(apiKeys, k) {
-				shared = append(shared, k)
-			}
-		}
+		shared := sharedKeys(raftLine, apiLine)
 		if want := slices.Sorted(slices.Values(logEnvelope)); !slices.Equal(shared, want) {
-			t.Errorf("%s: keys shared by a raft line %v and an access line %v = %v, want %v", nd.id, raftKeys, apiKeys, shared, want)
+			t.Errorf("%s: keys shared by a raft line %v and an access line %v = %v, want %v", nd.id,
+				slices.Sorted(maps.Keys(raftLine)), slices.Sorted(maps.Keys(apiLine)), shared, want)
 		}
 	}
 	c.checkLogs(c.nodes[0].proc, c.nodes[1].proc, c.nodes[2].proc)

@@ -438,17 +438,7 @@ func TestE2E_RollingRestartUnderLoad(t *testing.T) {
 	for i := range 4 {
 		writers = append(writers, c.startLoad(a, fmt.Sprintf("w%d", i)))
 	}
-	acked := func() int {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return len(a.resources)
-	}
-	waitProgress := func(what string) {
-		t.Helper()
-		from := acked()
-		testutil.WaitFor(t, "writes acknowledged "+what, 15*time.Second, func() bool { return acked() >= from+50 })
-	}
-	waitProgress("before the restarts")
+	a.waitMore(t, "before the restarts", 50, 15*time.Second)
 	health := func() cliResult {
 		return c.client(c.tokens.Query, "status", "--check")
 	}
@@ -480,7 +470,7 @@ func TestE2E_RollingRestartUnderLoad(t *testing.T) {
 			}
 			return nil
 		})
-		waitProgress("after restarting " + nd.id)
+		a.waitMore(t, "after restarting "+nd.id, 50, 15*time.Second)
 		t.Logf("restarted %s in %s", nd.id, time.Since(step).Round(time.Millisecond))
 	}
 	t.Logf("rolling restart of 3 nodes in %s", time.Since(start).Round(time.Millisecond))

@@ -150,20 +150,10 @@ func (c *e2eCluster) raftStat(nd *e2eNode, key string) (uint64, error) {
 
 // leaseOf reads GET /v1/leases/port/{port} through nd.
 func (c *e2eCluster) leaseOf(nd *e2eNode, port int) (wire.PortLease, error) {
-	r, err := testutil.DoExpect(e2eCall(http.MethodGet, fmt.Sprintf("%s/v1/leases/port/%d", nd.url, port), c.tokens.Query, nil), http.StatusOK)
-	if err != nil {
-		return wire.PortLease{}, err
-	}
-	var l wire.PortLease
-	return l, json.Unmarshal(r.Body, &l)
+	return queryGet[wire.PortLease](c, nd, fmt.Sprintf("/v1/leases/port/%d", port))
 }
 
 // resourceOf reads GET /v1/resources/{id} through nd.
 func (c *e2eCluster) resourceOf(nd *e2eNode, id string) (wire.Resource, error) {
-	r, err := testutil.DoExpect(e2eCall(http.MethodGet, nd.url+"/v1/resources/"+member.EscapeID(id), c.tokens.Query, nil), http.StatusOK)
-	if err != nil {
-		return wire.Resource{}, err
-	}
-	var res wire.Resource
-	return res, json.Unmarshal(r.Body, &res)
+	return queryGet[wire.Resource](c, nd, "/v1/resources/"+member.EscapeID(id))
 }

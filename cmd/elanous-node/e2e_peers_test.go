@@ -226,9 +226,7 @@ func TestE2E_ReplaceDeadMachine(t *testing.T) {
 // then two fresh nodes are added with `peers add`, catch up and vote — they
 // elect a leader between them once the survivor is killed too.
 func TestE2E_RecoverLostQuorum(t *testing.T) {
-	e2eBinary(t)
-	c := newE2ECluster(t, 3)
-	leader, _ := c.startAll()
+	c, leader, _ := startE2ECluster(t)
 	var leases []wire.PortLease
 	acked := newAckedWrites()
 	for i := range 5 {

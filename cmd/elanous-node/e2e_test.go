@@ -235,9 +235,7 @@ func freeDevBasePort(t *testing.T) int {
 }
 
 func TestE2E_LeaderKill(t *testing.T) {
-	e2eBinary(t)
-	c := newE2ECluster(t, 3)
-	leader, before := c.startAll()
+	c, leader, before := startE2ECluster(t)
 	t.Logf("leader %s, generation %d", leader.id, before.Generation)
 	acked := newAckedWrites()
 
@@ -252,23 +250,14 @@ func TestE2E_LeaderKill(t *testing.T) {
 	// Keep writing through all three nodes while the leader dies.
 	w := c.startWriter(acked, "during")
 	testutil.Poll(t, "background writes acknowledged", 5*time.Second, func() error {
-		acked.mu.Lock()
-		defer acked.mu.Unlock()
-		if len(acked.resources) < 3*len(c.nodes)+10 {
+		if acked.count() < 3*len(c.nodes)+10 {
 			return errors.New("too few yet")
 		}
 		return nil
 	})
 
 	killed := leader
-	killedAt := time.Now()
-	killed.proc.kill(t)
-	survivors := c.running(killed)
-	failover, after := waitFailover(t, survivors, before.Generation, killedAt, 10*time.Second)
-	t.Logf("failover: %s from SIGKILL of %s to both survivors serving generation %d", failover.Round(time.Millisecond), killed.id, after.Generation)
-	if failover > maxFailover {
-		t.Errorf("failover took %s, want at most %s", failover, maxFailover)
-	}
+	survivors, failover, after := c.killLeader(killed, before.Generation, "failover")
 	if failover > maxFailover*3/4 {
 		for _, nd := range survivors {
 			logElection(t, nd.proc)
@@ -381,9 +370,7 @@ func TestE2E_LeaderKill(t *testing.T) {
 }
 
 func TestE2E_SigtermHandsOver(t *testing.T) {
-	e2eBinary(t)
-	c := newE2ECluster(t, 3)
-	leader, before := c.startAll()
+	c, leader, before := startE2ECluster(t)
 	acked := newAckedWrites()
 	c.register(acked, leader, "machine:before-sigterm")
 
@@ -416,9 +403,7 @@ func TestE2E_SigtermHandsOver(t *testing.T) {
 }
 
 func TestE2E_TokensNeverOnDisk(t *testing.T) {
-	e2eBinary(t)
-	c := newE2ECluster(t, 3)
-	leader, _ := c.startAll()
+	c, leader, _ := startE2ECluster(t)
 	follower := c.running(leader)[0]
 
 	// Issued through a follower, which forwards to the leader.

@@ -256,14 +256,7 @@ func TestE2E_TLS(t *testing.T) {
 	})
 
 	// SIGKILL the leader.
-	killedAt := time.Now()
-	leader.proc.kill(t)
-	survivors := c.running(leader)
-	failover, after := waitFailover(t, survivors, before.Generation, killedAt, 10*time.Second)
-	t.Logf("TLS failover: %s from SIGKILL of %s to both survivors serving generation %d", failover.Round(time.Millisecond), leader.id, after.Generation)
-	if failover > maxFailover {
-		t.Errorf("TLS failover took %s, want at most %s", failover, maxFailover)
-	}
+	survivors, _, after := c.killLeader(leader, before.Generation, "TLS failover")
 	newLeader := c.node(after.Holder)
 	var follower *e2eNode
 	for _, nd := range survivors {

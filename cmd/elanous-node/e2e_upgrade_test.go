@@ -81,25 +81,29 @@ func readReleaseExpect(t *testing.T) releaseExpect {
 // candidate wants (0700 directories, 0600 files: git keeps neither).
 func copyDataDir(t *testing.T, dst string) {
 	t.Helper()
-	src := filepath.Join(releaseFixtureDir, "data")
-	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+	if err := copyTree(filepath.Join(releaseFixtureDir, "data"), dst, 0o700, 0o600); err != nil {
+		t.Fatalf("copy the release fixture: %v", err)
+	}
+}
+
+// copyTree copies the directory tree src into dst, making its directories
+// with dirMode and its files with fileMode.
+func copyTree(src, dst string, dirMode, fileMode fs.FileMode) error {
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		rel, _ := filepath.Rel(src, path)
 		out := filepath.Join(dst, rel)
 		if d.IsDir() {
-			return os.MkdirAll(out, 0o700)
+			return os.MkdirAll(out, dirMode)
 		}
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return err
 		}
-		return os.WriteFile(out, data, 0o600)
+		return os.WriteFile(out, data, fileMode)
 	})
-	if err != nil {
-		t.Fatalf("copy the release fixture: %v", err)
-	}
 }
 
 // TestReleaseFixture replays the previous release's data directory with this
@@ -263,22 +267,7 @@ func writeReleaseFixtureDir(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(releaseFixtureDir, "data"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	err = filepath.WalkDir(nd.dataDir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(nd.dataDir, path)
-		out := filepath.Join(releaseFixtureDir, "data", rel)
-		if d.IsDir() {
-			return os.MkdirAll(out, 0o755)
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(out, data, 0o644)
-	})
-	if err != nil {
+	if err := copyTree(nd.dataDir, filepath.Join(releaseFixtureDir, "data"), 0o755, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, exp.SnapshotIndex, _, _ = replayDataDir(t, nd.dataDir, nil)
@@ -388,17 +377,7 @@ func TestE2E_MixedVersionUpgrade(t *testing.T) {
 	for i := range 2 {
 		writers = append(writers, c.startLoad(a, fmt.Sprintf("u%d", i)))
 	}
-	acked := func() int {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return len(a.resources)
-	}
-	progress := func(what string) {
-		t.Helper()
-		from := acked()
-		testutil.WaitFor(t, "writes acknowledged "+what, 20*time.Second, func() bool { return acked() >= from+20 })
-	}
-	progress("by the previous release")
+	a.waitMore(t, "by the previous release", 20, 20*time.Second)
 
 	old := map[*e2eNode]bool{}
 	for _, nd := range c.nodes {
@@ -437,7 +416,7 @@ func TestE2E_MixedVersionUpgrade(t *testing.T) {
 			}
 			return nil
 		})
-		progress("after upgrading " + nd.id)
+		a.waitMore(t, "after upgrading "+nd.id, 20, 20*time.Second)
 		if len(old) > 0 {
 			formatOne("after upgrading " + nd.id)
 		}
@@ -458,7 +437,7 @@ func TestE2E_MixedVersionUpgrade(t *testing.T) {
 	leader.proc.kill(t)
 	t.Logf("killed the leader %s (previous release: %v)", leader.id, old[leader])
 	c.waitPrimary(leader, p.Generation, 20*time.Second)
-	progress("after killing the leader " + leader.id)
+	a.waitMore(t, "after killing the leader "+leader.id, 20, 20*time.Second)
 	upgrade(leader)
 	// The leader asks every server its format level every 5 s: two of
 	// three run this build, and the level stays 1 through more than one
@@ -475,7 +454,7 @@ func TestE2E_MixedVersionUpgrade(t *testing.T) {
 	testutil.Poll(t, fmt.Sprintf("format %d on every node once all run this build", fsm.MaxFormat), 30*time.Second, func() error {
 		return c.atFormat(fsm.MaxFormat, c.nodes...)
 	})
-	progress(fmt.Sprintf("at format %d", fsm.MaxFormat))
+	a.waitMore(t, fmt.Sprintf("at format %d", fsm.MaxFormat), 20, 20*time.Second)
 	for i, w := range writers {
 		w.halt()
 		w.rc.mu.Lock()

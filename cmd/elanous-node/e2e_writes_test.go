@@ -38,6 +38,21 @@ func (a *ackedWrites) resource(id, via string) {
 	a.via[id] = via
 }
 
+// count is how many resource writes were acknowledged so far.
+func (a *ackedWrites) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.resources)
+}
+
+// waitMore waits up to within for n more resource writes to be acknowledged
+// than when it is called; what says when, in the wait's name.
+func (a *ackedWrites) waitMore(t *testing.T, what string, n int, within time.Duration) {
+	t.Helper()
+	from := a.count()
+	testutil.WaitFor(t, "writes acknowledged "+what, within, func() bool { return a.count() >= from+n })
+}
+
 func (a *ackedWrites) lease(l wire.PortLease, via string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -79,12 +94,8 @@ func (c *e2eCluster) checkAcked(a *ackedWrites, nd *e2eNode, timeout time.Durati
 	via := maps.Clone(a.via)
 	a.mu.Unlock()
 	testutil.Poll(c.t, fmt.Sprintf("%d acknowledged registrations and %d leases on %s", len(resources), len(leases), nd.id), timeout, func() error {
-		r, err := testutil.DoExpect(e2eCall(http.MethodGet, nd.url+"/v1/resources", c.tokens.Query, nil), http.StatusOK)
+		list, err := queryGet[[]wire.Resource](c, nd, "/v1/resources")
 		if err != nil {
-			return err
-		}
-		var list []wire.Resource
-		if err := json.Unmarshal(r.Body, &list); err != nil {
 			return err
 		}
 		have := map[string]bool{}
@@ -100,12 +111,8 @@ func (c *e2eCluster) checkAcked(a *ackedWrites, nd *e2eNode, timeout time.Durati
 		if len(missing) > 0 {
 			return fmt.Errorf("missing resources %v", missing)
 		}
-		r, err = testutil.DoExpect(e2eCall(http.MethodGet, nd.url+"/v1/leases/port", c.tokens.Query, nil), http.StatusOK)
+		ls, err := queryGet[[]wire.PortLease](c, nd, "/v1/leases/port")
 		if err != nil {
-			return err
-		}
-		var ls []wire.PortLease
-		if err := json.Unmarshal(r.Body, &ls); err != nil {
 			return err
 		}
 		held := map[int]string{}
@@ -206,6 +213,24 @@ func waitFailover(t *testing.T, survivors []*e2eNode, gen uint64, since time.Tim
 	}
 	t.Logf("survivors serve generation %d (holder %s) after %v", claim.Generation, claim.Holder, served)
 	return slowest, claim
+}
+
+// killLeader SIGKILLs leader and waits up to 10 s for the survivors to serve
+// a generation above gen (waitFailover). It logs the failover as what, fails
+// the test when it took longer than maxFailover, and returns the survivors,
+// the failover time and the new claim.
+func (c *e2eCluster) killLeader(leader *e2eNode, gen uint64, what string) ([]*e2eNode, time.Duration, wire.Primary) {
+	t := c.t
+	t.Helper()
+	killedAt := time.Now()
+	leader.proc.kill(t)
+	survivors := c.running(leader)
+	failover, after := waitFailover(t, survivors, gen, killedAt, 10*time.Second)
+	t.Logf("%s: %s from SIGKILL of %s to both survivors serving generation %d", what, failover.Round(time.Millisecond), leader.id, after.Generation)
+	if failover > maxFailover {
+		t.Errorf("%s took %s, want at most %s", what, failover, maxFailover)
+	}
+	return survivors, failover, after
 }
 
 // logElection logs the lines of p's output about elections, to explain a

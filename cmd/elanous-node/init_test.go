@@ -78,13 +78,19 @@ func TestInitCmd_CreatesTokensFile(t *testing.T) {
 			t.Errorf("init output = %q, want it to contain %q", stdout, want)
 		}
 	}
-	entries, err := os.ReadDir(filepath.Dir(path))
+	if n := entriesIn(t, filepath.Dir(path)); n != 1 {
+		t.Errorf("control directory holds %d entries, want only tokens.json (temporary file left behind?)", n)
+	}
+}
+
+// entriesIn is how many entries the directory dir holds.
+func entriesIn(t *testing.T, dir string) int {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 1 {
-		t.Errorf("control directory holds %d entries, want only tokens.json (temporary file left behind?)", len(entries))
-	}
+	return len(entries)
 }
 
 func TestInitCmd_RefusesOverwriteWithoutForce(t *testing.T) {
@@ -112,12 +118,8 @@ func TestInitCmd_RefusesOverwriteWithoutForce(t *testing.T) {
 	if replaced.Admin == first.Admin {
 		t.Errorf("init --force kept the old admin token")
 	}
-	entries, err := os.ReadDir(filepath.Dir(path))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(entries) != 1 {
-		t.Errorf("directory holds %d entries after --force, want 1", len(entries))
+	if n := entriesIn(t, filepath.Dir(path)); n != 1 {
+		t.Errorf("directory holds %d entries after --force, want 1", n)
 	}
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -19,15 +18,7 @@ import (
 
 // runLimitsCLI runs limits and status under a root like the real one.
 func runLimitsCLI(ctx context.Context, args ...string) (string, string, error) {
-	root := &cobra.Command{Use: "elanous-node", SilenceUsage: true, SilenceErrors: true}
-	root.PersistentFlags().String("config", "", "path to elanous.yaml")
-	root.AddCommand(newLimitsCmd(), newStatusCmd())
-	var out, errb bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errb)
-	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
-	return out.String(), errb.String(), err
+	return runUnder(ctx, []*cobra.Command{newLimitsCmd(), newStatusCmd()}, args...)
 }
 
 // limits get and set against a real cluster: set changes only the quotas

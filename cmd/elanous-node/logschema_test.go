@@ -18,6 +18,30 @@ import (
 // logEnvelope are the keys every line of a candidate carries, whatever wrote it.
 var logEnvelope = []string{"time", "level", "msg", "node", "component"}
 
+// pickLogLine keeps the decoded log line m in *raft when it is the first raft
+// line seen, in *access when it is the first access line (the api
+// component's "http request").
+func pickLogLine(m map[string]any, raft, access *map[string]any) {
+	switch {
+	case m["component"] == "raft" && *raft == nil:
+		*raft = m
+	case m["component"] == "api" && m["msg"] == "http request" && *access == nil:
+		*access = m
+	}
+}
+
+// sharedKeys are the keys both a and b hold, sorted.
+func sharedKeys(a, b map[string]any) []string {
+	var shared []string
+	for k := range a {
+		if _, ok := b[k]; ok {
+			shared = append(shared, k)
+		}
+	}
+	slices.Sort(shared)
+	return shared
+}
+
 // TestCandidate_LogSchema runs a one-candidate cluster with log.format json
 // and the access log on, and checks that a line raft wrote (through hclog)
 // and an access line the API wrote have the same envelope keys with values
@@ -68,12 +92,7 @@ func TestCandidate_LogSchema(t *testing.T) {
 			if err := json.Unmarshal([]byte(line), &m); err != nil {
 				return fmt.Errorf("log line %q is not JSON: %v", line, err)
 			}
-			switch {
-			case m["component"] == "raft" && raftLine == nil:
-				raftLine = m
-			case m["component"] == "api" && m["msg"] == "http request" && apiLine == nil:
-				apiLine = m
-			}
+			pickLogLine(m, &raftLine, &apiLine)
 		}
 		if raftLine == nil || apiLine == nil {
 			return fmt.Errorf("raft line %v, access line %v", raftLine != nil, apiLine != nil)
@@ -97,13 +116,7 @@ func TestCandidate_LogSchema(t *testing.T) {
 			t.Errorf("line %v: node = %v, want node-a", line, line["node"])
 		}
 	}
-	var shared []string
-	for k := range raftLine {
-		if _, ok := apiLine[k]; ok {
-			shared = append(shared, k)
-		}
-	}
-	slices.Sort(shared)
+	shared := sharedKeys(raftLine, apiLine)
 	want := slices.Sorted(slices.Values(logEnvelope))
 	if !slices.Equal(shared, want) {
 		t.Errorf("keys shared by the raft line and the access line = %v, want the envelope %v\nraft: %v\napi:  %v", shared, want, raftLine, apiLine)

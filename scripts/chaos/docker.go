@@ -45,12 +45,16 @@ type dockerEnv struct {
 }
 
 func docker(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "docker", args...)
+	return combined(exec.CommandContext(ctx, "docker", args...), "docker", args)
+}
+
+// combined runs cmd and returns what it wrote to stdout and stderr together;
+// a failure's error names it as name with args and carries that output.
+func combined(cmd *exec.Cmd, name string, args []string) (string, error) {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	if err != nil {
-		return out.String(), fmt.Errorf("docker %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(out.String()))
 	}
 	return out.String(), nil
 }
@@ -62,13 +66,7 @@ func (d *dockerEnv) compose(ctx context.Context, args ...string) (string, error)
 	for _, n := range dockerNodes {
 		cmd.Env = append(cmd.Env, n.env+"="+n.port)
 	}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	if err != nil {
-		return out.String(), fmt.Errorf("docker-compose %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(out.String()))
-	}
-	return out.String(), nil
+	return combined(cmd, "docker-compose", args)
 }
 
 // runDocker builds the image, starts the compose cluster and drives it.

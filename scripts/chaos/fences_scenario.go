@@ -242,22 +242,12 @@ func fencesFaults(ctx context.Context, e *env) error {
 	defer srv.Close()
 	storeURL := "http://" + ln.Addr().String()
 
-	a, err := startHolder(e, "fence-a", tokens["fence-a"], storeURL)
+	a, la, err := holdFence(ctx, e, "fence-a", tokens["fence-a"], storeURL)
 	if err != nil {
 		return err
 	}
 	defer a.stop()
-	la, err := a.lease(ctx)
-	if err != nil {
-		e.violate("fence-setup", err.Error())
-		return err
-	}
-	e.logf("fence-a holds port %d under fence %d", la.Port, la.Fence)
-	if !waitFor(ctx, 10*time.Second, func() bool {
-		_, ok := store.find(func(w storeWrite) bool { return w.Holder == "fence-a" && w.Dangerous && w.admitted })
-		return ok
-	}) {
-		e.violate("fence", "fence-a's writes were not admitted (a confirmed dangerous one) within 10s of its grant")
+	if !writesAdmitted(ctx, e, store, "fence-a") {
 		return errors.New("fence-a never wrote")
 	}
 
@@ -274,26 +264,15 @@ func fencesFaults(ctx context.Context, e *env) error {
 	}
 	e.logf("fence %d is stale %s after the pause: %v", la.Fence, time.Since(paused).Round(time.Millisecond), staleErr)
 
-	b, err := startHolder(e, "fence-b", tokens["fence-b"], storeURL)
+	b, lb, err := holdFence(ctx, e, "fence-b", tokens["fence-b"], storeURL)
 	if err != nil {
 		return err
 	}
 	defer b.stop()
-	lb, err := b.lease(ctx)
-	if err != nil {
-		e.violate("fence-setup", err.Error())
-		return err
-	}
-	e.logf("fence-b holds port %d under fence %d", lb.Port, lb.Fence)
 	if lb.Port != la.Port || lb.Fence <= la.Fence {
 		e.violate("fence", fmt.Sprintf("fence-b got port %d fence %d, want port %d under a fence above %d", lb.Port, lb.Fence, la.Port, la.Fence))
 	}
-	if !waitFor(ctx, 10*time.Second, func() bool {
-		_, ok := store.find(func(w storeWrite) bool { return w.Holder == "fence-b" && w.Dangerous && w.admitted })
-		return ok
-	}) {
-		e.violate("fence", "fence-b's writes were not admitted (a confirmed dangerous one) within 10s of its grant")
-	}
+	writesAdmitted(ctx, e, store, "fence-b")
 
 	e.logf("SIGCONT fence-a")
 	woke := time.Now()
@@ -324,6 +303,36 @@ func fencesFaults(ctx context.Context, e *env) error {
 	}
 	e.logf("fence-a's fence %d refused by the store, every node, lease check and Confirm; fence-b's %d current", la.Fence, lb.Fence)
 	return nil
+}
+
+// holdFence starts the holder machine against the store and waits for its
+// grant; the caller stops the holder it returns.
+func holdFence(ctx context.Context, e *env, machine, token, storeURL string) (*holderProc, holderEvent, error) {
+	h, err := startHolder(e, machine, token, storeURL)
+	if err != nil {
+		return nil, holderEvent{}, err
+	}
+	l, err := h.lease(ctx)
+	if err != nil {
+		e.violate("fence-setup", err.Error())
+		h.stop()
+		return nil, holderEvent{}, err
+	}
+	e.logf("%s holds port %d under fence %d", machine, l.Port, l.Fence)
+	return h, l, nil
+}
+
+// writesAdmitted waits up to 10s for the store to admit a confirmed
+// dangerous write of holder's, and records a violation when it does not.
+func writesAdmitted(ctx context.Context, e *env, store *fenceStore, holder string) bool {
+	if waitFor(ctx, 10*time.Second, func() bool {
+		_, ok := store.find(func(w storeWrite) bool { return w.Holder == holder && w.Dangerous && w.admitted })
+		return ok
+	}) {
+		return true
+	}
+	e.violate("fence", holder+"'s writes were not admitted (a confirmed dangerous one) within 10s of its grant")
+	return false
 }
 
 // checkStaleEverywhere asks every node, and `elanous-node lease check`,

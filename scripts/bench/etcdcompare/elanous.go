@@ -376,13 +376,9 @@ func (s *elanousSystem) Fill(ctx context.Context, shape fillShape, n, clients in
 }
 
 func (s *elanousSystem) Workers(ctx context.Context, row string, n int) ([]step, func(), error) {
-	only := -1
-	if row == rowSingle {
-		l, err := s.Leader(ctx)
-		if err != nil {
-			return nil, nil, err
-		}
-		only = l
+	only, err := rowNode(ctx, s, row)
+	if err != nil {
+		return nil, nil, err
 	}
 	cs := s.clients(n, only, requestTimeout)
 	cleanup := func() { closeIdle(cs) }

@@ -357,13 +357,9 @@ func closeAll(cs []*clientv3.Client) {
 }
 
 func (s *etcdSystem) Workers(ctx context.Context, row string, n int) ([]step, func(), error) {
-	only := -1
-	if row == rowSingle {
-		l, err := s.Leader(ctx)
-		if err != nil {
-			return nil, nil, err
-		}
-		only = l
+	only, err := rowNode(ctx, s, row)
+	if err != nil {
+		return nil, nil, err
 	}
 	cs, err := s.clients(n, only)
 	if err != nil {
@@ -373,48 +369,38 @@ func (s *etcdSystem) Workers(ctx context.Context, row string, n int) ([]step, fu
 	var leases []clientv3.LeaseID
 	cleanup := revokeAndClose(cs, &leases)
 	for i, c := range cs {
+		var g clientv3.LeaseID // the client's lease, on the rows that hold one
+		if row == rowLoad || row == rowRenewal {
+			if g, err = grant(ctx, c, leaseTTLMs/1000); err != nil {
+				cleanup()
+				return nil, nil, err
+			}
+			leases = append(leases, g)
+		}
 		var st step
 		switch row {
 		case rowWrite, rowSingle:
 			key := fmt.Sprintf("bench/%s/%d", row, i)
 			val := string(registerBody(benchID(i), "bench", benchTTLMs))
-			st = func(ctx context.Context) error {
-				ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-				defer cancel()
+			st = timed(func(ctx context.Context) error {
 				_, err := c.Put(ctx, key, val)
 				return err
-			}
+			})
 		case rowLock:
 			st = etcdLockStep(c, fmt.Sprintf("bench/lock/%d", i), i)
 		case rowLoad:
-			g, err := grant(ctx, c, leaseTTLMs/1000)
-			if err != nil {
-				cleanup()
-				return nil, nil, err
-			}
-			leases = append(leases, g)
 			key := fmt.Sprintf("bench/load/%d", i)
 			beat := 0
-			st = func(ctx context.Context) error {
-				ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-				defer cancel()
+			st = timed(func(ctx context.Context) error {
 				beat++
 				_, err := c.Put(ctx, key, string(seedLoad(i, beat)), clientv3.WithLease(g))
 				return err
-			}
+			})
 		case rowRenewal:
-			g, err := grant(ctx, c, leaseTTLMs/1000)
-			if err != nil {
-				cleanup()
-				return nil, nil, err
-			}
-			leases = append(leases, g)
-			st = func(ctx context.Context) error {
-				ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-				defer cancel()
+			st = timed(func(ctx context.Context) error {
 				_, err := c.KeepAliveOnce(ctx, g)
 				return err
-			}
+			})
 		default:
 			cleanup()
 			return nil, nil, fmt.Errorf("unknown row %q", row)
@@ -426,6 +412,15 @@ func (s *etcdSystem) Workers(ctx context.Context, row string, n int) ([]step, fu
 		return nil, nil, err
 	}
 	return steps, cleanup, nil
+}
+
+// timed is the step that gives each call of do requestTimeout.
+func timed(do step) step {
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		defer cancel()
+		return do(ctx)
+	}
 }
 
 // grant grants a lease of ttlSeconds.

@@ -134,6 +134,15 @@ func runLoad(ctx context.Context, steps []step, d time.Duration, tick func(elaps
 	return res
 }
 
+// rowNode is the member every client of row talks to: the leader on the
+// single row, -1 (the clients spread over the members) on the others.
+func rowNode(ctx context.Context, sys system, row string) (int, error) {
+	if row != rowSingle {
+		return -1, nil
+	}
+	return sys.Leader(ctx)
+}
+
 // drive runs work(i) for every i in [0, n), each in its own goroutine, and
 // returns once all have returned; meanwhile it calls tick about every second
 // with the time since start and the counts of ops and errs so far.

@@ -83,11 +83,10 @@ func runSoak(ctx context.Context, s *elanousSystem, o options, pr *printer) (*so
 	}
 	defer cleanup()
 	rep := &soakReport{DurationSeconds: o.soak.Seconds(), SampleEverySeconds: o.sampleEvery.Seconds()}
-	before, err := s.leadership(ctx)
+	mark, err := s.markLeadership(ctx)
 	if err != nil {
 		return nil, err
 	}
-	pids := s.pids()
 	t0 := time.Now()
 	smp := startSampler(ctx, o.sampleEvery, s.sample)
 	every := progressEvery(o.soak)
@@ -110,12 +109,9 @@ func runSoak(ctx context.Context, s *elanousSystem, o options, pr *printer) (*so
 	if rep.Snapshots, err = s.snapshotsIn(ctx, t0); err != nil {
 		return nil, err
 	}
-	after, err := s.leadership(ctx)
-	if err != nil {
+	if _, rep.LeaderChanges, rep.TermChange, err = s.leaderChangesSince(ctx, mark, rep.Peaks, "soak", pr); err != nil {
 		return nil, err
 	}
-	_, rep.LeaderChanges, rep.TermChange = leaderChanges(before, after, s.restartedSince(pids, rep.Peaks))
-	pr.logf("elanous: soak: %d leader changes, term moved by %d", rep.LeaderChanges, rep.TermChange)
 	for i, p := range rep.Peaks {
 		sn := rep.Snapshots[i]
 		pr.logf("elanous: soak: %s highest RSS %s, raft.db up to %s; %d snapshots taken (longest %.0f ms), last_snapshot_index %d of %d",
@@ -201,6 +197,34 @@ func leaderChanges(before, after []calmNode, restarted []bool) (nodes []calmNode
 	return nodes, changes, termChange
 }
 
+// leadershipMark is the cluster's leadership and its nodes' processes when
+// a measurement starts, to count the leader changes over it.
+type leadershipMark struct {
+	before []calmNode
+	pids   []int
+}
+
+func (s *elanousSystem) markLeadership(ctx context.Context) (leadershipMark, error) {
+	before, err := s.leadership(ctx)
+	if err != nil {
+		return leadershipMark{}, err
+	}
+	return leadershipMark{before: before, pids: s.pids()}, nil
+}
+
+// leaderChangesSince reads the leadership again and compares it with m (see
+// leaderChanges; peaks tell which nodes restarted), logging the outcome of
+// the measurement what.
+func (s *elanousSystem) leaderChangesSince(ctx context.Context, m leadershipMark, peaks []nodePeak, what string, pr *printer) (nodes []calmNode, changes int, termChange uint64, err error) {
+	after, err := s.leadership(ctx)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	nodes, changes, termChange = leaderChanges(m.before, after, s.restartedSince(m.pids, peaks))
+	pr.logf("elanous: %s: %d leader changes, term moved by %d", what, changes, termChange)
+	return nodes, changes, termChange, nil
+}
+
 // pids is every node's process id.
 func (s *elanousSystem) pids() []int {
 	var out []int
@@ -254,11 +278,10 @@ func runCalm(ctx context.Context, s *elanousSystem, o options, peak float64, pr 
 	if err := s.WaitHealthy(ctx); err != nil {
 		return nil, err
 	}
-	before, err := s.leadership(ctx)
+	mark, err := s.markLeadership(ctx)
 	if err != nil {
 		return nil, err
 	}
-	pids := s.pids()
 	pr.logf("elanous: calm: open loop of %s heartbeats/s (%.0f%% of %s/s, %s) for %s over %d resources, %d connections",
 		thousands(rate), rep.Fraction*100, thousands(rep.PeakPerSec), rep.PeakFrom, o.calm, o.clients, o.openClients)
 	smp := startSampler(ctx, o.sampleEvery, s.sample)
@@ -267,11 +290,8 @@ func runCalm(ctx context.Context, s *elanousSystem, o options, peak float64, pr 
 	if err != nil {
 		return nil, err
 	}
-	after, err := s.leadership(ctx)
-	if err != nil {
+	if rep.Nodes, rep.LeaderChanges, rep.TermChange, err = s.leaderChangesSince(ctx, mark, rep.Peaks, "calm", pr); err != nil {
 		return nil, err
 	}
-	rep.Nodes, rep.LeaderChanges, rep.TermChange = leaderChanges(before, after, s.restartedSince(pids, rep.Peaks))
-	pr.logf("elanous: calm: %d leader changes, term moved by %d", rep.LeaderChanges, rep.TermChange)
 	return rep, nil
 }

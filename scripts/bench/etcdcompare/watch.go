@@ -414,11 +414,10 @@ func runWatches(ctx context.Context, s *elanousSystem, o options, pr *printer) (
 		token = s.token
 	}
 	base := s.sample()
-	before, err := s.leadership(ctx)
+	mark, err := s.markLeadership(ctx)
 	if err != nil {
 		return nil, err
 	}
-	pids := s.pids()
 	var cfgs []holderConfig
 	for i, node := range s.nodes {
 		idx, err := s.primaryIndex(ctx, i)
@@ -495,12 +494,9 @@ func runWatches(ctx context.Context, s *elanousSystem, o options, pr *printer) (
 			rep.ErrorKinds[k] += v
 		}
 	}
-	after, err := s.leadership(ctx)
-	if err != nil {
+	if _, rep.LeaderChanges, rep.TermChange, err = s.leaderChangesSince(ctx, mark, rep.Peaks, "watches", pr); err != nil {
 		return nil, err
 	}
-	_, rep.LeaderChanges, rep.TermChange = leaderChanges(before, after, s.restartedSince(pids, rep.Peaks))
-	pr.logf("elanous: watches: %d leader changes, term moved by %d", rep.LeaderChanges, rep.TermChange)
 	for i, nd := range rep.Nodes {
 		gauge := "—"
 		if nd.BlockingQueries != nil {

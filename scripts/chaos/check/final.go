@@ -2,7 +2,8 @@ package check
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/elanous/elanous-node/wire"
 )
@@ -34,12 +35,7 @@ func CheckFinal(h []Op, leases []wire.PortLease, resources []wire.Resource) []Vi
 			}
 		}
 	}
-	ids := make([]string, 0, len(granted))
-	for id := range granted {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(granted)) {
 		if gone[id] {
 			continue
 		}
@@ -64,12 +60,7 @@ func CheckFinal(h []Op, leases []wire.PortLease, resources []wire.Resource) []Vi
 			writes[o.ResID] = append(writes[o.ResID], o)
 		}
 	}
-	rids := make([]string, 0, len(writes))
-	for id := range writes {
-		rids = append(rids, id)
-	}
-	sort.Strings(rids)
-	for _, id := range rids {
+	for _, id := range slices.Sorted(maps.Keys(writes)) {
 		ws := writes[id]
 		last := -1
 		for i, o := range ws {

@@ -80,18 +80,7 @@ var LeaseModel = porcupine.NondeterministicModel{
 	DescribeOperation: func(input, output any) string {
 		in := input.(leaseInput)
 		out := output.(leaseOutput)
-		switch out.Result {
-		case rOK:
-			if in.Kind == lRead {
-				return fmt.Sprintf("%s -> %s", in.Desc, orNone(out.LeaseID))
-			}
-			return in.Desc + " -> ok"
-		case rNotFound:
-			return in.Desc + " -> 404"
-		case rConflict:
-			return in.Desc + " -> 409"
-		}
-		return in.Desc + " -> ?"
+		return describe(in.Desc, out.Result, in.Kind == lRead, orNone(out.LeaseID))
 	},
 	DescribeState: func(state any) string {
 		s := state.(leaseState)
@@ -103,6 +92,23 @@ var LeaseModel = porcupine.NondeterministicModel{
 		}
 		return "held by " + short(s.LeaseID)
 	},
+}
+
+// describe shows an operation, desc, that came out r; seen is what a read
+// that came out OK returned.
+func describe(desc string, r leaseResult, read bool, seen string) string {
+	switch r {
+	case rOK:
+		if read {
+			return desc + " -> " + seen
+		}
+		return desc + " -> ok"
+	case rNotFound:
+		return desc + " -> 404"
+	case rConflict:
+		return desc + " -> 409"
+	}
+	return desc + " -> ?"
 }
 
 func orNone(id string) string {
@@ -132,50 +138,45 @@ func leaseStep(s leaseState, in leaseInput, out leaseOutput) []any {
 			return []any{s}
 		}
 		return nil // refused acquires never reach the model
-	case lRenew:
-		switch out.Result {
-		case rOK:
-			if s.LeaseID == in.LeaseID {
-				return []any{s}
-			}
-		case rNotFound:
-			if s.LeaseID == "" {
-				return []any{s}
-			}
-		case rConflict:
-			if s.LeaseID != "" && s.LeaseID != in.LeaseID {
-				return []any{s}
-			}
-		case rUnknown:
-			return []any{s}
-		}
-		return nil
-	case lRelease:
-		switch out.Result {
-		case rOK:
-			if s.LeaseID == in.LeaseID {
-				return []any{leaseState{}}
-			}
-		case rNotFound:
-			if s.LeaseID == "" {
-				return []any{s}
-			}
-		case rConflict:
-			if s.LeaseID != "" && s.LeaseID != in.LeaseID {
-				return []any{s}
-			}
-		case rUnknown:
-			if s.LeaseID == in.LeaseID {
-				return []any{leaseState{}, s}
-			}
-			return []any{s}
-		}
-		return nil
+	case lRenew, lRelease:
+		return holderStep(s, in, out)
 	case lRead:
 		if out.LeaseID == s.LeaseID {
 			return []any{s}
 		}
 		return nil
+	}
+	return nil
+}
+
+// holderStep steps a renew or a release, presented under in.LeaseID: it
+// succeeds only for the holder (a release then frees the port), answers 404
+// when the port is free and 409 when another lease holds it; a release of
+// unknown outcome may have freed the port.
+func holderStep(s leaseState, in leaseInput, out leaseOutput) []any {
+	after := s
+	if in.Kind == lRelease {
+		after = leaseState{}
+	}
+	holder := s.LeaseID == in.LeaseID
+	switch out.Result {
+	case rOK:
+		if holder {
+			return []any{after}
+		}
+	case rNotFound:
+		if s.LeaseID == "" {
+			return []any{s}
+		}
+	case rConflict:
+		if s.LeaseID != "" && !holder {
+			return []any{s}
+		}
+	case rUnknown:
+		if holder && in.Kind == lRelease {
+			return []any{after, s}
+		}
+		return []any{s}
 	}
 	return nil
 }

@@ -96,16 +96,7 @@ var ResourceModel = porcupine.NondeterministicModel{
 	DescribeOperation: func(input, output any) string {
 		in := input.(resInput)
 		out := output.(resOutput)
-		switch out.Result {
-		case rOK:
-			if in.Kind == rReadRes {
-				return fmt.Sprintf("%s -> %s", in.Desc, out.Seen)
-			}
-			return in.Desc + " -> ok"
-		case rNotFound:
-			return in.Desc + " -> 404"
-		}
-		return in.Desc + " -> ?"
+		return describe(in.Desc, out.Result, in.Kind == rReadRes, out.Seen.String())
 	},
 	DescribeState: func(state any) string { return state.(resState).String() },
 }

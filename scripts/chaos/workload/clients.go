@@ -111,33 +111,37 @@ func (c *client) acquireAs(ctx context.Context, machine, purpose string, ttl tim
 }
 
 func (c *client) renew(ctx context.Context, h held) check.Op {
-	t := c.target()
-	call := c.w.Rec.Now()
-	r := c.do(ctx, t, http.MethodPost, fmt.Sprintf("/v1/leases/port/%d/heartbeat", h.port), nil, leaseTimeout,
-		map[string]string{wire.HeaderPortLeaseID: h.leaseID})
-	o := check.Op{Kind: check.LeaseRenew, Port: h.port, LeaseID: h.leaseID, TTLMs: h.ttl.Milliseconds(), Short: h.short,
-		Outcome: classify(r, http.StatusOK)}
-	var hb wire.LeaseHeartbeatResponse
-	if o.Outcome == check.OK && json.Unmarshal(r.body, &hb) == nil {
-		o.ExpiresAt, o.Wrote = hb.ExpiresAt, r.header.Get(wire.HeaderIndex) != ""
-	}
-	return c.record(o, t, call, r)
+	return c.onHeld(ctx, h, check.LeaseRenew)
 }
 
 func (c *client) release(ctx context.Context, h held) check.Op {
+	return c.onHeld(ctx, h, check.LeaseRelease)
+}
+
+// onHeld renews (check.LeaseRenew) or releases (check.LeaseRelease) the held
+// lease h under its lease id and records the call; a renewal the node answers
+// carries the new expiry and whether it was written.
+func (c *client) onHeld(ctx context.Context, h held, kind check.Kind) check.Op {
+	method, path, want := http.MethodPost, fmt.Sprintf("/v1/leases/port/%d/heartbeat", h.port), http.StatusOK
+	if kind == check.LeaseRelease {
+		method, path, want = http.MethodDelete, fmt.Sprintf("/v1/leases/port/%d", h.port), http.StatusNoContent
+	}
 	t := c.target()
 	call := c.w.Rec.Now()
-	r := c.do(ctx, t, http.MethodDelete, fmt.Sprintf("/v1/leases/port/%d", h.port), nil, leaseTimeout,
-		map[string]string{wire.HeaderPortLeaseID: h.leaseID})
-	o := check.Op{Kind: check.LeaseRelease, Port: h.port, LeaseID: h.leaseID, TTLMs: h.ttl.Milliseconds(), Short: h.short,
-		Outcome: classify(r, http.StatusNoContent)}
+	r := c.do(ctx, t, method, path, nil, leaseTimeout, map[string]string{wire.HeaderPortLeaseID: h.leaseID})
+	o := check.Op{Kind: kind, Port: h.port, LeaseID: h.leaseID, TTLMs: h.ttl.Milliseconds(), Short: h.short,
+		Outcome: classify(r, want)}
+	var hb wire.LeaseHeartbeatResponse
+	if kind == check.LeaseRenew && o.Outcome == check.OK && json.Unmarshal(r.body, &hb) == nil {
+		o.ExpiresAt, o.Wrote = hb.ExpiresAt, r.header.Get(wire.HeaderIndex) != ""
+	}
 	return c.record(o, t, call, r)
 }
 
 // reclaim reads the lease table and releases every lease granted under one of
 // the given purposes; it returns the purposes still unaccounted for.
 func (c *client) reclaim(ctx context.Context, purposes []string) []string {
-	o := c.readLeases(ctx, c.target())
+	o := c.read(ctx, c.target(), check.LeaseRead)
 	if o.Outcome != check.OK {
 		return purposes
 	}
@@ -197,49 +201,46 @@ func (c *client) resources(ctx context.Context) {
 	}
 }
 
+// readKinds are the reads a client makes: consistent reads of both tables and
+// /v1/primary polls.
+var readKinds = []check.Kind{check.LeaseRead, check.ResRead, check.PrimaryPoll}
+
+// readPaths are where each of readKinds GETs.
+var readPaths = map[check.Kind]string{
+	check.LeaseRead:   "/v1/leases/port?consistent=true",
+	check.ResRead:     "/v1/resources?consistent=true",
+	check.PrimaryPoll: "/v1/primary",
+}
+
 // reads alternates consistent reads of both tables with /v1/primary polls.
 func (c *client) reads(ctx context.Context) {
 	for ctx.Err() == nil {
-		t := c.target()
-		switch c.rng.IntN(3) {
-		case 0:
-			c.readLeases(ctx, t)
-		case 1:
-			c.readResources(ctx, t)
-		default:
-			c.primary(ctx, t)
-		}
+		c.read(ctx, c.target(), readKinds[c.rng.IntN(len(readKinds))])
 		c.pause(ctx, 2*c.w.cfg.Pace)
 	}
 }
 
-func (c *client) readLeases(ctx context.Context, t int) check.Op {
+// read makes one read of the given kind (one of readKinds) through node t and
+// records it. It is OK when the node answers 200 with a body that decodes; a
+// table read then carries the answer's generation and the workload's own rows,
+// a primary poll what /v1/primary said.
+func (c *client) read(ctx context.Context, t int, kind check.Kind) check.Op {
 	call := c.w.Rec.Now()
-	r := c.do(ctx, t, http.MethodGet, "/v1/leases/port?consistent=true", nil, readTimeout, nil)
-	o := check.Op{Kind: check.LeaseRead, Outcome: check.Failed}
-	if r.status == http.StatusOK && r.err == nil && json.Unmarshal(r.body, &o.Leases) == nil {
-		o.Outcome, o.Generation, o.Leases = check.OK, genOf(r.header), c.w.ownLeases(o.Leases)
-	}
-	return c.record(o, t, call, r)
-}
-
-func (c *client) readResources(ctx context.Context, t int) check.Op {
-	call := c.w.Rec.Now()
-	r := c.do(ctx, t, http.MethodGet, "/v1/resources?consistent=true", nil, readTimeout, nil)
-	o := check.Op{Kind: check.ResRead, Outcome: check.Failed}
-	if r.status == http.StatusOK && r.err == nil && json.Unmarshal(r.body, &o.Resources) == nil {
-		o.Outcome, o.Generation, o.Resources = check.OK, genOf(r.header), c.w.ownResources(o.Resources)
-	}
-	return c.record(o, t, call, r)
-}
-
-func (c *client) primary(ctx context.Context, t int) check.Op {
-	call := c.w.Rec.Now()
-	r := c.do(ctx, t, http.MethodGet, "/v1/primary", nil, readTimeout, nil)
-	o := check.Op{Kind: check.PrimaryPoll, Outcome: check.Failed}
+	r := c.do(ctx, t, http.MethodGet, readPaths[kind], nil, readTimeout, nil)
+	o := check.Op{Kind: kind, Outcome: check.Failed}
 	var p wire.Primary
-	if r.status == http.StatusOK && r.err == nil && json.Unmarshal(r.body, &p) == nil {
-		o.Outcome, o.Known, o.Generation, o.Holder = check.OK, p.Known, p.Generation, p.Holder
+	into := map[check.Kind]any{check.LeaseRead: &o.Leases, check.ResRead: &o.Resources, check.PrimaryPoll: &p}[kind]
+	if r.status != http.StatusOK || r.err != nil || json.Unmarshal(r.body, into) != nil {
+		return c.record(o, t, call, r)
+	}
+	o.Outcome, o.Generation = check.OK, genOf(r.header)
+	switch kind {
+	case check.LeaseRead:
+		o.Leases = c.w.ownLeases(o.Leases)
+	case check.ResRead:
+		o.Resources = c.w.ownResources(o.Resources)
+	default:
+		o.Known, o.Generation, o.Holder = p.Known, p.Generation, p.Holder
 	}
 	return c.record(o, t, call, r)
 }

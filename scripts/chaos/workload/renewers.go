@@ -91,6 +91,7 @@ func (c *client) keep(ctx context.Context, sent int64, renew func() check.Op) {
 	}
 }
 
+// sleep waits d or until ctx is done; it reports whether the full time passed.
 func (c *client) sleep(ctx context.Context, d time.Duration) bool {
 	select {
 	case <-ctx.Done():

@@ -172,8 +172,8 @@ func (w *Workload) Run(ctx context.Context) {
 // the reads; it returns what they listed.
 func (w *Workload) FinalRead(ctx context.Context, t int) ([]wire.PortLease, []wire.Resource, error) {
 	c := &client{w: w, id: finalReadClient + t, rng: rand.New(rand.NewPCG(1, uint64(t)))}
-	lo := c.readLeases(ctx, t)
-	ro := c.readResources(ctx, t)
+	lo := c.read(ctx, t, check.LeaseRead)
+	ro := c.read(ctx, t, check.ResRead)
 	if lo.Outcome != check.OK || ro.Outcome != check.OK {
 		return nil, nil, fmt.Errorf("final read through %s: leases %d %s, resources %d %s",
 			w.cfg.Targets[t].Name, lo.Status, lo.Code, ro.Status, ro.Code)
@@ -189,14 +189,9 @@ type client struct {
 	renewer bool // a renewal member: its operations are marked Renewer
 }
 
+// pause sleeps a random time, up to twice mean (see sleep).
 func (c *client) pause(ctx context.Context, mean time.Duration) bool {
-	d := time.Duration(c.rng.Int64N(int64(2*mean) + 1))
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(d):
-		return true
-	}
+	return c.sleep(ctx, time.Duration(c.rng.Int64N(int64(2*mean)+1)))
 }
 
 func (c *client) target() int { return c.rng.IntN(len(c.w.cfg.Targets)) }
