@@ -65,11 +65,7 @@ the default candidates are then the https:// URLs of a dev cluster.`,
 			if token == "" {
 				return errors.New("bench needs a member-scope token in ELANOUS_TOKEN")
 			}
-			cfg, err := loadClientConfig(cmd)
-			if err != nil {
-				return err
-			}
-			ctls, err := loadClientTLS(caFile, cfg, nil)
+			_, ctls, err := loadConfigTLS(cmd, loadClientConfig, caFile)
 			if err != nil {
 				return err
 			}

@@ -80,7 +80,7 @@ type clientEnv struct {
 // loadClientConfig loads the configuration a client command reads: the
 // --config file, ELANOUS_* variables and --data-dir (node.data_dir).
 func loadClientConfig(cmd *cobra.Command) (config.Config, error) {
-	cfg, err := config.Load(config.LoadOptions{Flags: cmd.Flags()})
+	cfg, err := loadCommandConfig(cmd)
 	if err != nil {
 		return config.Config{}, fmt.Errorf("load configuration: %w", err)
 	}

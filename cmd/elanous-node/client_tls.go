@@ -32,6 +32,18 @@ type clientTLS struct {
 	cert *tls.Certificate
 }
 
+// loadConfigTLS loads cmd's configuration with load (loadCommandConfig or
+// loadClientConfig), then the TLS of a command that has no join file to
+// consult: loadClientTLS with caFile, the command's --ca-file.
+func loadConfigTLS(cmd *cobra.Command, load func(*cobra.Command) (config.Config, error), caFile string) (config.Config, clientTLS, error) {
+	cfg, err := load(cmd)
+	if err != nil {
+		return config.Config{}, clientTLS{}, err
+	}
+	ctls, err := loadClientTLS(caFile, cfg, nil)
+	return cfg, ctls, err
+}
+
 // loadClientTLS finds the cluster CA, in order: --ca-file, ELANOUS_CA_FILE,
 // tls.ca_file of the configuration (file or ELANOUS_TLS_CA_FILE), the join
 // file's "ca". With a CA, tls.cert_file and tls.key_file of the

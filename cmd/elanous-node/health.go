@@ -38,11 +38,7 @@ runs "elanous-node health --ready".`,
   elanous-node health --url http://10.0.0.1:31413`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadCommandConfig(cmd)
-			if err != nil {
-				return err
-			}
-			ctls, err := loadClientTLS(caFile, cfg, nil)
+			cfg, ctls, err := loadConfigTLS(cmd, loadCommandConfig, caFile)
 			if err != nil {
 				return err
 			}

@@ -52,11 +52,7 @@ accept the token (skip with --offline).`,
 			if err != nil {
 				return err
 			}
-			cfg, err := loadClientConfig(cmd)
-			if err != nil {
-				return err
-			}
-			ctls, err := loadClientTLS(caFile, cfg, nil)
+			cfg, ctls, err := loadConfigTLS(cmd, loadClientConfig, caFile)
 			if err != nil {
 				return err
 			}

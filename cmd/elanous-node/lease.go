@@ -21,7 +21,7 @@ import (
 const releaseTimeout = 10 * time.Second
 
 func newLeaseCmd() *cobra.Command {
-	cmd := &cobra.Command{
+	return newGroup(&cobra.Command{
 		Use:   "lease",
 		Short: "Acquire, release or list port leases",
 		Long: `Port leases hand out ports of the test band (default 31450-31499), each held
@@ -33,9 +33,7 @@ current (exit 0 valid, 1 stale, 2 could not check).`,
   elanous-node lease list
   elanous-node lease release --port 31450 --lease-id <id>
   elanous-node lease check --port 31450 --fence 1234`,
-	}
-	cmd.AddCommand(newLeaseAcquireCmd(), newLeaseReleaseCmd(), newLeaseListCmd(), newLeaseCheckCmd())
-	return cmd
+	}, newLeaseAcquireCmd(), newLeaseReleaseCmd(), newLeaseListCmd(), newLeaseCheckCmd())
 }
 
 func newLeaseAcquireCmd() *cobra.Command {
@@ -218,34 +216,34 @@ func parsePorts(raw string) ([]int, error) {
 
 func newLeaseReleaseCmd() *cobra.Command {
 	var (
-		flags   clientFlags
 		port    int
 		leaseID string
 	)
-	cmd := &cobra.Command{
-		Use:                   "release --port N --lease-id ID",
-		Short:                 "Release a port lease",
-		Example:               `  elanous-node lease release --port 31450 --lease-id 5f0c…`,
-		Args:                  cobra.NoArgs,
-		DisableFlagsInUseLine: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := runCall(cmd, &flags, member.ScopeMember, fmt.Sprintf("release port %d", port), func(ctx context.Context, c *member.Client) (struct{}, error) {
+	cmd := newClientCmd(clientCmd[struct{}]{
+		cmd: &cobra.Command{
+			Use:                   "release --port N --lease-id ID",
+			Short:                 "Release a port lease",
+			Example:               `  elanous-node lease release --port 31450 --lease-id 5f0c…`,
+			Args:                  cobra.NoArgs,
+			DisableFlagsInUseLine: true,
+		},
+		run: func(cmd *cobra.Command, _ []string, flags *clientFlags) (struct{}, error) {
+			_, err := runCall(cmd, flags, member.ScopeMember, fmt.Sprintf("release port %d", port), func(ctx context.Context, c *member.Client) (struct{}, error) {
 				return struct{}{}, c.ReleasePortLease(ctx, port, leaseID)
 			})
 			switch member.StatusCode(err) {
 			case 404:
-				return fmt.Errorf("release port %d: no lease on that port (already released or expired)", port)
+				return struct{}{}, fmt.Errorf("release port %d: no lease on that port (already released or expired)", port)
 			case 409:
-				return fmt.Errorf("release port %d: the port is held under another lease id", port)
+				return struct{}{}, fmt.Errorf("release port %d: the port is held under another lease id", port)
 			}
-			if err != nil {
-				return err
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "released port %d\n", port)
+			return struct{}{}, err
+		},
+		text: func(cmd *cobra.Command, _ []string, _ struct{}) error {
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "released port %d\n", port)
 			return err
 		},
-	}
-	flags.bind(cmd)
+	})
 	cmd.Flags().IntVar(&port, "port", 0, "leased port (required)")
 	cmd.Flags().StringVar(&leaseID, "lease-id", "", "lease id from acquire (required)")
 	_ = cmd.MarkFlagRequired("port")
@@ -256,17 +254,13 @@ func newLeaseReleaseCmd() *cobra.Command {
 func newLeaseListCmd() *cobra.Command {
 	return newList(listCommand[wire.PortLease]{
 		cmd: &cobra.Command{
-			Use:   "list [--json] [--stale]",
 			Short: "List the live port leases",
-			Long:  "List the live port leases.\n\n" + listReadHelp,
 			Example: `  elanous-node lease list --json | jq '.[].port'
   elanous-node lease list --stale`,
 		},
-		scope: member.ScopeQuery,
-		what:  "leases",
-		fetch: func(ctx context.Context, c *member.Client, consistent bool) ([]wire.PortLease, error) {
-			return c.ListPortLeases(ctx, member.ReadOptions{Consistent: consistent})
-		},
+		scope:  member.ScopeQuery,
+		what:   "leases",
+		fetch:  (*member.Client).ListPortLeases,
 		header: "PORT\tMACHINE\tPURPOSE\tLEASE ID\tEXPIRES\tGENERATION\tFENCE",
 		row: func(w io.Writer, l wire.PortLease) {
 			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%d\t%d\n", l.Port, l.Machine, l.Purpose, l.LeaseID, msTime(l.ExpiresAt), l.Generation, l.Fence)

@@ -16,7 +16,7 @@ import (
 )
 
 func newLimitsCmd() *cobra.Command {
-	cmd := &cobra.Command{
+	return newGroup(&cobra.Command{
 		Use:   "limits",
 		Short: "Show or change the cluster's quotas",
 		Long: `The cluster's quotas are replicated: every candidate refuses the same
@@ -30,58 +30,44 @@ scope).`,
 		Example: `  elanous-node limits get
   elanous-node limits set --resources-per-machine 2048
   elanous-node limits set --leases-per-machine 0   # back to a quarter of the test band`,
-	}
-	cmd.AddCommand(newLimitsGetCmd(), newLimitsSetCmd())
-	return cmd
+	}, newLimitsGetCmd(), newLimitsSetCmd())
 }
 
 func newLimitsGetCmd() *cobra.Command {
-	var (
-		flags  clientFlags
-		asJSON bool
-		stale  bool
-	)
-	cmd := &cobra.Command{
-		Use:   "get [--json] [--stale]",
-		Short: "Show the quotas as set and in force, and the answering candidate's own limits",
-		Long: `Show the quotas: as set through the log ("default" when never set) and in
+	var stale bool
+	cmd := newClientCmd(clientCmd[wire.LimitsStatus]{
+		cmd: &cobra.Command{
+			Use:   "get [--json] [--stale]",
+			Short: "Show the quotas as set and in force, and the answering candidate's own limits",
+			Long: `Show the quotas: as set through the log ("default" when never set) and in
 force, and whether they are enforced yet (they are once the cluster's format
 level is 2, when every candidate runs a build that knows them). Then the
 answering candidate's own limits (limits.*).
 
 The quotas are read through the leader (?consistent=true); --stale reads the
 answering candidate's state.`,
-		Args:                  cobra.NoArgs,
-		DisableFlagsInUseLine: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := runCall(cmd, &flags, member.ScopeQuery, "read limits", func(ctx context.Context, c *member.Client) (wire.LimitsStatus, error) {
+			Args:                  cobra.NoArgs,
+			DisableFlagsInUseLine: true,
+		},
+		jsonHelp: "print one JSON document",
+		run: func(cmd *cobra.Command, _ []string, flags *clientFlags) (wire.LimitsStatus, error) {
+			return runCall(cmd, flags, member.ScopeQuery, "read limits", func(ctx context.Context, c *member.Client) (wire.LimitsStatus, error) {
 				return c.Limits(ctx, member.ReadOptions{Consistent: !stale})
 			})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), st)
-			}
-			return printLimits(cmd.OutOrStdout(), st)
 		},
-	}
-	flags.bind(cmd)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON document")
+		text: printLimitsText,
+	})
 	bindStale(cmd, &stale)
 	return cmd
 }
 
 func newLimitsSetCmd() *cobra.Command {
-	var (
-		flags  clientFlags
-		asJSON bool
-		want   wire.Limits
-	)
-	cmd := &cobra.Command{
-		Use:   "set [--resources-per-machine N] [--leases-per-machine N] [--resources N] [--idempotency-keys N] [--json]",
-		Short: "Change quotas through the log (admin)",
-		Long: `Change the quotas named by flags, keeping the others as they are set; 0
+	var want wire.Limits
+	cmd := newClientCmd(clientCmd[wire.LimitsStatus]{
+		cmd: &cobra.Command{
+			Use:   "set [--resources-per-machine N] [--leases-per-machine N] [--resources N] [--idempotency-keys N] [--json]",
+			Short: "Change quotas through the log (admin)",
+			Long: `Change the quotas named by flags, keeping the others as they are set; 0
 restores a quota's default. The change goes through the log: once it is
 applied every candidate enforces it. A quota below what a machine or the
 cluster already holds removes nothing; it refuses new records until the count
@@ -90,9 +76,11 @@ falls below it.
 The command reads the quotas as set, changes the ones given and writes the
 whole set back (PUT /v1/cluster/limits); two admins setting different quotas at
 the same moment may undo each other's change.`,
-		Example: `  elanous-node limits set --resources-per-machine 2048 --resources 500000`,
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+			Example: `  elanous-node limits set --resources-per-machine 2048 --resources 500000`,
+			Args:    cobra.NoArgs,
+		},
+		jsonHelp: "print the limits in force as one JSON document",
+		run: func(cmd *cobra.Command, _ []string, flags *clientFlags) (st wire.LimitsStatus, err error) {
 			fl := cmd.Flags()
 			changed := map[string]*int{
 				"resources-per-machine": &want.ResourcesPerMachine, "leases-per-machine": &want.LeasesPerMachine,
@@ -103,26 +91,25 @@ the same moment may undo each other's change.`,
 				if fl.Changed(name) {
 					given = true
 					if *v < 0 {
-						return fmt.Errorf("--%s must not be negative (0 restores the default)", name)
+						return st, fmt.Errorf("--%s must not be negative (0 restores the default)", name)
 					}
 				}
 			}
 			if !given {
-				return errors.New("nothing to set: give at least one of --resources-per-machine, --leases-per-machine, --resources, --idempotency-keys")
+				return st, errors.New("nothing to set: give at least one of --resources-per-machine, --leases-per-machine, --resources, --idempotency-keys")
 			}
-			c, err := scopedClient(cmd, &flags, member.ScopeAdmin)
+			c, err := scopedClient(cmd, flags, member.ScopeAdmin)
 			if err != nil {
-				return err
+				return st, err
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), commandTimeout)
 			defer cancel()
-			var st wire.LimitsStatus
 			err = withRetry(ctx, c, func(ctx context.Context) (err error) {
 				st, err = c.Limits(ctx, member.ReadOptions{Consistent: true})
 				return err
 			})
 			if err != nil {
-				return fmt.Errorf("read limits: %w", explain(err, member.ScopeAdmin))
+				return st, fmt.Errorf("read limits: %w", explain(err, member.ScopeAdmin))
 			}
 			next := st.Set
 			for name, v := range map[string]*int{
@@ -138,22 +125,23 @@ the same moment may undo each other's change.`,
 				return err
 			})
 			if err != nil {
-				return fmt.Errorf("set limits: %w", explain(err, member.ScopeAdmin))
+				return st, fmt.Errorf("set limits: %w", explain(err, member.ScopeAdmin))
 			}
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), st)
-			}
-			return printLimits(cmd.OutOrStdout(), st)
+			return st, nil
 		},
-	}
-	flags.bind(cmd)
+		text: printLimitsText,
+	})
 	fl := cmd.Flags()
 	fl.IntVar(&want.ResourcesPerMachine, "resources-per-machine", 0, "live resources one machine may hold (0: default 1024)")
 	fl.IntVar(&want.LeasesPerMachine, "leases-per-machine", 0, "port leases one machine may hold (0: a quarter of the test band)")
 	fl.IntVar(&want.Resources, "resources", 0, "resources in the whole cluster (0: default 250000)")
 	fl.IntVar(&want.IdempotencyKeys, "idempotency-keys", 0, "Idempotency-Keys remembered (0: default 100000)")
-	fl.BoolVar(&asJSON, "json", false, "print the limits in force as one JSON document")
 	return cmd
+}
+
+// printLimitsText is printLimits on the command's stdout.
+func printLimitsText(cmd *cobra.Command, _ []string, st wire.LimitsStatus) error {
+	return printLimits(cmd.OutOrStdout(), st)
 }
 
 // printLimits prints the quotas, set and in force, then the node's limits.

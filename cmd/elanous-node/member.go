@@ -18,7 +18,7 @@ import (
 const defaultInstancePort = 31414
 
 func newMemberCmd() *cobra.Command {
-	cmd := &cobra.Command{
+	return newGroup(&cobra.Command{
 		Use:   "member",
 		Short: "Run the member agent on a fleet machine",
 		Long: `Commands for member machines: machines of the fleet that register with the
@@ -26,9 +26,7 @@ cluster and keep their records alive. Set a machine up with "elanous-node
 join", then run "elanous-node member run" (e.g. under systemd).`,
 		Example: `  elanous-node join --url http://10.0.0.1:31413 --token-file mbp.token --machine mbp
   elanous-node member run --candidates node-a=http://10.0.0.1:31413,node-b=http://10.0.0.2:31413,node-c=http://10.0.0.3:31413`,
-	}
-	cmd.AddCommand(newMemberRunCmd())
-	return cmd
+	}, newMemberRunCmd())
 }
 
 func newMemberRunCmd() *cobra.Command {

@@ -16,7 +16,7 @@ import (
 )
 
 func newPeersCmd() *cobra.Command {
-	cmd := &cobra.Command{
+	return newGroup(&cobra.Command{
 		Use:   "peers",
 		Short: "List, add, remove, promote or demote the cluster's servers",
 		Long: `Manage the servers (candidates) of the cluster. The cluster keeps a replicated
@@ -37,15 +37,12 @@ demote need the admin token.`,
   elanous-node peers add --machine node-d --url http://10.0.0.4:31413 --raft 10.0.0.4:31412 --wait 2m
   elanous-node peers remove node-c
   elanous-node peers demote node-b && elanous-node peers promote node-b`,
-	}
-	cmd.AddCommand(newPeersListCmd(), newPeersAddCmd(), newPeersRemoveCmd(), newPeersPromoteCmd(), newPeersDemoteCmd())
-	return cmd
+	}, newPeersListCmd(), newPeersAddCmd(), newPeersRemoveCmd(), newPeersPromoteCmd(), newPeersDemoteCmd())
 }
 
 func newPeersListCmd() *cobra.Command {
 	return newList(listCommand[wire.Peer]{
 		cmd: &cobra.Command{
-			Use:   "list [--json] [--stale]",
 			Short: "List the servers: url, raft address, voter or not, leader, last contact, lag",
 			Long: `List the servers of the cluster: machine, URL, Raft address, suffrage (voter,
 nonvoter, or "none" for a directory entry that is no server), whether it
@@ -57,11 +54,9 @@ the leader and how many entries it lags behind. A non-voter marked
 			Example: `  elanous-node peers list
   elanous-node peers list --json | jq '.[] | select(.suffrage == "voter") | .machine'`,
 		},
-		scope: member.ScopeQuery,
-		what:  "peers",
-		fetch: func(ctx context.Context, c *member.Client, consistent bool) ([]wire.Peer, error) {
-			return c.ListPeers(ctx, member.ReadOptions{Consistent: consistent})
-		},
+		scope:  member.ScopeQuery,
+		what:   "peers",
+		fetch:  (*member.Client).ListPeers,
 		header: "MACHINE\tURL\tRAFT\tSUFFRAGE\tLEADER\tLAST CONTACT\tLAG\tSTATE",
 		row: func(w io.Writer, p wire.Peer) {
 			leader := ""
@@ -111,17 +106,16 @@ func peerState(p wire.Peer) string {
 
 func newPeersAddCmd() *cobra.Command {
 	var (
-		flags            clientFlags
 		wait             time.Duration
-		asJSON           bool
 		rawURL, raftAddr string
 		machine          string
 		nonvoter         bool
 	)
-	cmd := &cobra.Command{
-		Use:   "add --machine M --url U --raft A [--nonvoter] [--wait DUR]",
-		Short: "Add a server: a non-voter, promoted once it has caught up",
-		Long: `Add a server to the cluster. Start it first with cluster.bootstrap: false and
+	cmd := newClientCmd(clientCmd[wire.Peer]{
+		cmd: &cobra.Command{
+			Use:   "add --machine M --url U --raft A [--nonvoter] [--wait DUR]",
+			Short: "Add a server: a non-voter, promoted once it has caught up",
+			Long: `Add a server to the cluster. Start it first with cluster.bootstrap: false and
 no Raft state: it waits to be added (its /v1/ready answers 503 not-ready).
 The leader adds it to the Raft configuration as a non-voter, records it in
 the candidate directory, replicates the state to it (a snapshot when the log
@@ -138,39 +132,40 @@ or an unreachable server, as during an election), for up to 15 s.
 With --wait the command returns only once the server is a voter (or, with
 --nonvoter, caught up), printing how long that took; it fails when --wait
 passes first.`,
-		Example:               `  elanous-node peers add --machine node-d --url http://10.0.0.4:31413 --raft 10.0.0.4:31412 --wait 2m`,
-		Args:                  cobra.NoArgs,
-		DisableFlagsInUseLine: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+			Example:               `  elanous-node peers add --machine node-d --url http://10.0.0.4:31413 --raft 10.0.0.4:31412 --wait 2m`,
+			Args:                  cobra.NoArgs,
+			DisableFlagsInUseLine: true,
+		},
+		jsonHelp: "print the server as JSON",
+		run: func(cmd *cobra.Command, _ []string, flags *clientFlags) (peer wire.Peer, err error) {
 			req := wire.AddPeerRequest{Machine: machine, URL: rawURL, Raft: raftAddr, Nonvoter: nonvoter}
 			if !wire.ValidCandidate(req.Machine) {
-				return fmt.Errorf("--machine %q must match %s", req.Machine, wire.CandidatePatternText)
+				return peer, fmt.Errorf("--machine %q must match %s", req.Machine, wire.CandidatePatternText)
 			}
 			origin, err := wire.ParseOrigin(req.URL)
 			if err != nil {
-				return fmt.Errorf("--url: %w", err)
+				return peer, fmt.Errorf("--url: %w", err)
 			}
 			req.URL = origin
-			c, err := scopedClient(cmd, &flags, member.ScopeAdmin)
+			c, err := scopedClient(cmd, flags, member.ScopeAdmin)
 			if err != nil {
-				return err
+				return peer, err
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), commandTimeout)
 			defer cancel()
 			started := time.Now()
-			var peer wire.Peer
 			err = untilAnswered(ctx, c, func(ctx context.Context) (err error) {
 				peer, err = c.AddPeer(ctx, req)
 				return err
 			})
 			if err != nil {
-				return fmt.Errorf("add %s: %w", req.Machine, explain(err, member.ScopeAdmin))
+				return peer, fmt.Errorf("add %s: %w", req.Machine, explain(err, member.ScopeAdmin))
 			}
 			progress := cmd.ErrOrStderr()
 			fmt.Fprintf(progress, "added %s (%s, raft %s) as a %s%s\n", peer.Machine, peer.URL, peer.Raft, peer.Suffrage, promotingNote(peer))
 			if wait > 0 {
 				if peer, err = waitPeer(cmd.Context(), c, req.Machine, !req.Nonvoter, wait); err != nil {
-					return fmt.Errorf("add %s: %w", req.Machine, err)
+					return peer, fmt.Errorf("add %s: %w", req.Machine, err)
 				}
 				what := "caught up"
 				if !req.Nonvoter {
@@ -178,20 +173,15 @@ passes first.`,
 				}
 				fmt.Fprintf(progress, "%s is %s after %s\n", peer.Machine, what, time.Since(started).Round(time.Millisecond))
 			}
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), peer)
-			}
-			return nil
+			return peer, nil
 		},
-	}
-	flags.bind(cmd)
+	})
 	fs := cmd.Flags()
 	fs.StringVar(&machine, "machine", "", "the new server's machine name, its node.id (required)")
 	fs.StringVar(&rawURL, "url", "", "its HTTP API URL, e.g. http://10.0.0.4:31413 (required)")
 	fs.StringVar(&raftAddr, "raft", "", "its advertised Raft address, e.g. 10.0.0.4:31412 (required)")
 	fs.BoolVar(&nonvoter, "nonvoter", false, "keep it a non-voter (it is not promoted)")
 	fs.DurationVar(&wait, "wait", 0, "wait up to this long until it is a voter (with --nonvoter: caught up)")
-	fs.BoolVar(&asJSON, "json", false, "print the server as JSON")
 	_ = cmd.MarkFlagRequired("machine")
 	_ = cmd.MarkFlagRequired("url")
 	_ = cmd.MarkFlagRequired("raft")
@@ -239,14 +229,12 @@ func waitPeer(ctx context.Context, c *member.Client, machine string, voter bool,
 }
 
 func newPeersRemoveCmd() *cobra.Command {
-	var (
-		flags clientFlags
-		force bool
-	)
-	cmd := &cobra.Command{
-		Use:   "remove MACHINE [--force]",
-		Short: "Remove a server (refused if it would lose the quorum, unless --force)",
-		Long: `Remove a server from the Raft configuration and the candidate directory. The
+	var force bool
+	cmd := newClientCmd(clientCmd[struct{}]{
+		cmd: &cobra.Command{
+			Use:   "remove MACHINE [--force]",
+			Short: "Remove a server (refused if it would lose the quorum, unless --force)",
+			Long: `Remove a server from the Raft configuration and the candidate directory. The
 leader first counts the voters that would be left and answer it; if they are
 not a majority of the new voter set, the removal is refused (409
 quorum-at-risk) and nothing changes, unless --force is given. The last voter
@@ -255,83 +243,85 @@ voter leads.
 
 Members refresh their candidate list from the cluster, so they stop using
 the removed server without any change on their side.`,
-		Example: `  elanous-node peers remove node-c`,
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+			Example: `  elanous-node peers remove node-c`,
+			Args:    cobra.ExactArgs(1),
+		},
+		run: func(cmd *cobra.Command, args []string, flags *clientFlags) (struct{}, error) {
 			machine := args[0]
-			if !wire.ValidCandidate(machine) {
-				return fmt.Errorf("machine %q must match %s", machine, wire.CandidatePatternText)
+			if err := checkCandidateArg(machine); err != nil {
+				return struct{}{}, err
 			}
-			_, err := runCall(cmd, &flags, member.ScopeAdmin, "remove "+machine, func(ctx context.Context, c *member.Client) (struct{}, error) {
+			return runCall(cmd, flags, member.ScopeAdmin, "remove "+machine, func(ctx context.Context, c *member.Client) (struct{}, error) {
 				return struct{}{}, c.RemovePeer(ctx, machine, force)
 			})
-			if err != nil {
-				return err
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", machine)
+		},
+		text: func(cmd *cobra.Command, args []string, _ struct{}) error {
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", args[0])
 			return err
 		},
-	}
-	flags.bind(cmd)
+	})
 	cmd.Flags().BoolVar(&force, "force", false, "remove it even if the voters left that answer are not a majority")
 	return cmd
 }
 
 func newPeersPromoteCmd() *cobra.Command {
-	var flags clientFlags
-	cmd := &cobra.Command{
+	return newSuffrageCmd(&cobra.Command{
 		Use:   "promote MACHINE",
 		Short: "Make a non-voter a voter now",
 		Long: `Make a server a voter at once, and keep it one. Use it for a server added
 with --nonvoter (or demoted) once it has caught up; a server added without
 --nonvoter is promoted by the leader by itself.`,
 		Example: `  elanous-node peers promote node-d`,
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return changeSuffrage(cmd, &flags, args[0], func(ctx context.Context, c *member.Client) (wire.Peer, error) {
-				return c.PromotePeer(ctx, args[0])
-			})
-		},
-	}
-	flags.bind(cmd)
-	return cmd
+	}, func(ctx context.Context, c *member.Client, machine string) (wire.Peer, error) {
+		return c.PromotePeer(ctx, machine)
+	})
 }
 
 func newPeersDemoteCmd() *cobra.Command {
-	var (
-		flags clientFlags
-		force bool
-	)
-	cmd := &cobra.Command{
+	var force bool
+	cmd := newSuffrageCmd(&cobra.Command{
 		Use:   "demote MACHINE [--force]",
 		Short: "Make a voter a non-voter (refused if it would lose the quorum, unless --force)",
 		Long: `Make a voter a non-voter, and keep it one (the leader does not promote it
 again). Refused like "peers remove" when the voters left that answer would
 not be a majority, unless --force is given.`,
 		Example: `  elanous-node peers demote node-b`,
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return changeSuffrage(cmd, &flags, args[0], func(ctx context.Context, c *member.Client) (wire.Peer, error) {
-				return c.DemotePeer(ctx, args[0], force)
-			})
-		},
-	}
-	flags.bind(cmd)
+	}, func(ctx context.Context, c *member.Client, machine string) (wire.Peer, error) {
+		return c.DemotePeer(ctx, machine, force)
+	})
 	cmd.Flags().BoolVar(&force, "force", false, "demote it even if the voters left that answer are not a majority")
 	return cmd
 }
 
-// changeSuffrage runs a promote or demote and prints the result.
-func changeSuffrage(cmd *cobra.Command, flags *clientFlags, machine string, call func(context.Context, *member.Client) (wire.Peer, error)) error {
+// newSuffrageCmd completes promote or demote (cmd states Use, Short, Long
+// and Example): one argument, the server MACHINE, whose suffrage call
+// changes (admin scope); it prints the suffrage the server has then.
+func newSuffrageCmd(cmd *cobra.Command, call func(ctx context.Context, c *member.Client, machine string) (wire.Peer, error)) *cobra.Command {
+	cmd.Args = cobra.ExactArgs(1)
+	return newClientCmd(clientCmd[wire.Peer]{
+		cmd: cmd,
+		run: func(cmd *cobra.Command, args []string, flags *clientFlags) (wire.Peer, error) {
+			machine := args[0]
+			if err := checkCandidateArg(machine); err != nil {
+				return wire.Peer{}, err
+			}
+			return runCall(cmd, flags, member.ScopeAdmin, cmd.Name()+" "+machine, func(ctx context.Context, c *member.Client) (wire.Peer, error) {
+				return call(ctx, c, machine)
+			})
+		},
+		text: func(cmd *cobra.Command, _ []string, peer wire.Peer) error {
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s is a %s\n", peer.Machine, peer.Suffrage)
+			return err
+		},
+	})
+}
+
+// checkCandidateArg refuses a MACHINE argument that is no candidate name.
+func checkCandidateArg(machine string) error {
 	if !wire.ValidCandidate(machine) {
 		return fmt.Errorf("machine %q must match %s", machine, wire.CandidatePatternText)
 	}
-	peer, err := runCall(cmd, flags, member.ScopeAdmin, cmd.Name()+" "+machine, call)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s is a %s\n", peer.Machine, peer.Suffrage)
-	return err
+	return nil
 }
 
 // withSelf returns cands with this node's own entry (node.id at

@@ -12,15 +12,13 @@ import (
 )
 
 func newResourcesCmd() *cobra.Command {
-	cmd := &cobra.Command{
+	return newGroup(&cobra.Command{
 		Use:   "resources",
 		Short: "List the resources members have registered",
 		Long: `Inspect the machines and instances members register and keep alive with
 heartbeats (query scope).`,
 		Example: `  elanous-node resources list --kind machine`,
-	}
-	cmd.AddCommand(newResourcesListCmd())
-	return cmd
+	}, newResourcesListCmd())
 }
 
 func newResourcesListCmd() *cobra.Command {
@@ -29,15 +27,14 @@ func newResourcesListCmd() *cobra.Command {
 		cmd: &cobra.Command{
 			Use:   "list [--kind K] [--machine M] [--json] [--stale]",
 			Short: "List registered resources, optionally of one kind or machine",
-			Long:  "List registered resources, optionally of one kind or machine.\n\n" + listReadHelp,
 			Example: `  elanous-node resources list
   elanous-node resources list --kind instance --machine mbp --json
   elanous-node resources list --stale`,
 		},
 		scope: member.ScopeQuery,
 		what:  "resources",
-		fetch: func(ctx context.Context, c *member.Client, consistent bool) ([]wire.Resource, error) {
-			return c.ListResources(ctx, member.ResourceFilter{Kind: kind, Machine: machine, Consistent: consistent})
+		fetch: func(c *member.Client, ctx context.Context, o member.ReadOptions) ([]wire.Resource, error) {
+			return c.ListResources(ctx, member.ResourceFilter{Kind: kind, Machine: machine, Consistent: o.Consistent})
 		},
 		header: "ID\tKIND\tMACHINE\tENDPOINT\tRENEWED\tEXPIRES",
 		row: func(w io.Writer, r wire.Resource) {

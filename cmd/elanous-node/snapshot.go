@@ -23,7 +23,7 @@ import (
 const snapshotTimeout = 5 * time.Minute
 
 func newSnapshotCmd() *cobra.Command {
-	cmd := &cobra.Command{
+	return newGroup(&cobra.Command{
 		Use:   "snapshot",
 		Short: "Save, inspect and restore backups of the cluster's replicated state",
 		Long: `A snapshot file is a backup of the whole replicated state: resources,
@@ -40,30 +40,27 @@ directory, makes the current leader's claim the primary (the generation never
 goes backwards), keeps every lease's id and fence, and rebases every TTL as a
 new leader does: a record keeps the time it had left when the backup was
 taken, plus the grace, from the moment of the restore.`,
-	}
-	cmd.AddCommand(newSnapshotSaveCmd(), newSnapshotInspectCmd(), newSnapshotRestoreCmd())
-	return cmd
+	}, newSnapshotSaveCmd(), newSnapshotInspectCmd(), newSnapshotRestoreCmd())
 }
 
 func newSnapshotSaveCmd() *cobra.Command {
-	var (
-		flags  clientFlags
-		asJSON bool
-	)
-	cmd := &cobra.Command{
-		Use:   "save FILE",
-		Short: "Save a consistent backup of the replicated state to FILE (admin)",
-		Long: `Ask the leader for a snapshot (GET /v1/snapshot, admin scope) and write it to
+	return newClientCmd(clientCmd[snapshotInfo]{
+		cmd: &cobra.Command{
+			Use:   "save FILE",
+			Short: "Save a consistent backup of the replicated state to FILE (admin)",
+			Long: `Ask the leader for a snapshot (GET /v1/snapshot, admin scope) and write it to
 FILE (mode 0600). The snapshot is a linearizable read: it holds every write
 the cluster acknowledged before the command started. The file is written
 beside FILE, checked (layout, size, SHA-256, every record), synced and only
 then renamed to FILE, so FILE is either a whole, checked backup or untouched.`,
-		Example: `  ELANOUS_TOKEN=<admin token> elanous-node snapshot save --config /etc/elanous/elanous.yaml backup-$(date +%F).snap`,
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			client, err := scopedClient(cmd, &flags, member.ScopeAdmin)
+			Example: `  ELANOUS_TOKEN=<admin token> elanous-node snapshot save --config /etc/elanous/elanous.yaml backup-$(date +%F).snap`,
+			Args:    cobra.ExactArgs(1),
+		},
+		jsonHelp: "print the file's figures as JSON",
+		run: func(cmd *cobra.Command, args []string, flags *clientFlags) (snapshotInfo, error) {
+			client, err := scopedClient(cmd, flags, member.ScopeAdmin)
 			if err != nil {
-				return err
+				return snapshotInfo{}, err
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), snapshotTimeout)
 			defer cancel()
@@ -74,24 +71,21 @@ then renamed to FILE, so FILE is either a whole, checked backup or untouched.`,
 				return err
 			})
 			if err != nil {
-				return explain(err, member.ScopeAdmin)
+				return snapshotInfo{}, explain(err, member.ScopeAdmin)
 			}
 			defer body.Close()
 			info, err := saveSnapshotFile(args[0], body)
 			if err != nil {
-				return err
+				return snapshotInfo{}, err
 			}
 			info.TookMs = time.Since(start).Milliseconds()
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), info)
-			}
+			return info, nil
+		},
+		text: func(cmd *cobra.Command, args []string, info snapshotInfo) error {
 			fmt.Fprintf(cmd.OutOrStdout(), "saved %s in %s\n", args[0], time.Duration(info.TookMs)*time.Millisecond)
 			return printSnapshotInfo(cmd.OutOrStdout(), info)
 		},
-	}
-	flags.bind(cmd)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the file's figures as JSON")
-	return cmd
+	})
 }
 
 // snapshotInfo is what inspect (and save) print about a file.
@@ -215,14 +209,11 @@ file a restore would refuse (truncated, corrupt, not a snapshot file).`,
 }
 
 func newSnapshotRestoreCmd() *cobra.Command {
-	var (
-		flags  clientFlags
-		asJSON bool
-	)
-	cmd := &cobra.Command{
-		Use:   "restore FILE",
-		Short: "Replace the cluster's replicated state with a snapshot file's (admin)",
-		Long: `Replace the whole replicated state of the running cluster with the state in
+	return newClientCmd(clientCmd[wire.RestoreResult]{
+		cmd: &cobra.Command{
+			Use:   "restore FILE",
+			Short: "Replace the cluster's replicated state with a snapshot file's (admin)",
+			Long: `Replace the whole replicated state of the running cluster with the state in
 FILE (PUT /v1/snapshot, admin scope). The file is checked here first, then by
 the leader, which refuses a truncated, corrupt or foreign file with 400
 invalid-snapshot and changes nothing.
@@ -235,25 +226,26 @@ through raft.Restore; every other server receives the same bytes. The command
 returns once a quorum holds the restored state. Writes in flight at that
 moment answer 503 outcome-unknown; everything written after the backup was
 taken is gone.`,
-		Example: `  ELANOUS_TOKEN=<admin token> elanous-node snapshot restore --config /etc/elanous/elanous.yaml backup-2025-01-31.snap`,
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+			Example: `  ELANOUS_TOKEN=<admin token> elanous-node snapshot restore --config /etc/elanous/elanous.yaml backup-2025-01-31.snap`,
+			Args:    cobra.ExactArgs(1),
+		},
+		jsonHelp: "print the result as JSON",
+		run: func(cmd *cobra.Command, args []string, flags *clientFlags) (res wire.RestoreResult, err error) {
 			info, err := inspectSnapshotFile(args[0])
 			if err != nil {
-				return err
+				return res, err
 			}
-			client, err := scopedClient(cmd, &flags, member.ScopeAdmin)
+			client, err := scopedClient(cmd, flags, member.ScopeAdmin)
 			if err != nil {
-				return err
+				return res, err
 			}
 			f, err := os.Open(args[0])
 			if err != nil {
-				return err
+				return res, err
 			}
 			defer f.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), snapshotTimeout)
 			defer cancel()
-			var res wire.RestoreResult
 			err = withRetry(ctx, client, func(ctx context.Context) error {
 				if _, err := f.Seek(0, io.SeekStart); err != nil {
 					return err
@@ -262,19 +254,16 @@ taken is gone.`,
 				return err
 			})
 			if err != nil {
-				return explain(err, member.ScopeAdmin)
+				return res, explain(err, member.ScopeAdmin)
 			}
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), res)
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(),
+			return res, nil
+		},
+		text: func(cmd *cobra.Command, args []string, res wire.RestoreResult) error {
+			_, err := fmt.Fprintf(cmd.OutOrStdout(),
 				"restored %s (index %d, generation %d: %d resources, %d leases, %d tokens) in %s\nthe cluster is at index %d, generation %d, primary %s, format %d\n",
 				args[0], res.Backup.Index, res.Backup.Generation, res.Counts.Resources, res.Counts.Leases, res.Counts.Tokens,
 				time.Duration(res.TookMs)*time.Millisecond, res.Index, res.Generation, res.Holder, res.FormatLevel)
 			return err
 		},
-	}
-	flags.bind(cmd)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
-	return cmd
+	})
 }

@@ -24,7 +24,7 @@ const (
 )
 
 func newTLSCmd() *cobra.Command {
-	cmd := &cobra.Command{
+	return newGroup(&cobra.Command{
 		Use:   "tls",
 		Short: "Make the cluster's certificate authority and the candidates' certificates",
 		Long: `Make the certificates a TLS cluster runs with, in the spirit of
@@ -51,9 +51,7 @@ the join file). Rotating: see docs/security.md.`,
 		Example: `  elanous-node tls ca --out /root/elanous-ca
   elanous-node tls cert --ca-dir /root/elanous-ca --machine node-a --ip 10.0.0.1 --out /root/node-a
   scp /root/elanous-ca/ca.pem /root/node-a/node-a.pem /root/node-a/node-a-key.pem node-a:/etc/elanous/tls/`,
-	}
-	cmd.AddCommand(newTLSCACmd(), newTLSCertCmd())
-	return cmd
+	}, newTLSCACmd(), newTLSCertCmd())
 }
 
 func newTLSCACmd() *cobra.Command {
