@@ -37,19 +37,12 @@ func (s *Server) acquireLease(c echo.Context) (wire.PortLease, error) {
 	if err != nil {
 		return wire.PortLease{}, err
 	}
-	id := identity(c)
 	cmd := fsm.AcquireLease{
-		Caller: id.Caller(), LeaseID: leaseID, Machine: req.Machine, Purpose: req.Purpose,
+		Caller: identity(c).Caller(), LeaseID: leaseID, Machine: req.Machine, Purpose: req.Purpose,
 		TTLMs: req.TTLMs, Excluded: req.Excluded, BandStart: s.band.Start, BandEnd: s.band.End,
 		IdempotencyKey: c.Request().Header.Get(wire.HeaderIdempotencyKey),
 	}
-	if err := cmd.Validate(); err != nil {
-		return wire.PortLease{}, err
-	}
-	if !id.coversMachine(req.Machine) {
-		return wire.PortLease{}, forbidden("a token of machine " + id.Machine + " cannot lease ports for " + req.Machine)
-	}
-	l, err := proposeAs[fsm.PortLease](s, c, cmd)
+	l, err := proposeFor[fsm.PortLease](s, c, cmd, req.Machine, "lease ports for")
 	return wirePortLease(l), err
 }
 

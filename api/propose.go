@@ -59,6 +59,27 @@ func proposeAs[T any](s *Server, c echo.Context, cmd fsm.Command) (T, error) {
 	return resultAs[T](v, err, "command %T applied with a %T result, want %T", cmd)
 }
 
+// checkedCommand is a command that checks its own fields.
+type checkedCommand interface {
+	fsm.Command
+	Validate() error
+}
+
+// proposeFor is proposeAs for a command on the records of machine: a cmd
+// that fails Validate is refused, and so, with a 403 saying its token cannot
+// act ("register resources of", "lease ports for") on machine, is a caller
+// whose token does not cover machine.
+func proposeFor[T any](s *Server, c echo.Context, cmd checkedCommand, machine, act string) (T, error) {
+	var zero T
+	if err := cmd.Validate(); err != nil {
+		return zero, err
+	}
+	if id := identity(c); !id.coversMachine(machine) {
+		return zero, forbidden("a token of machine " + id.Machine + " cannot " + act + " " + machine)
+	}
+	return proposeAs[T](s, c, cmd)
+}
+
 // resultAs is v as a T; when err is nil and v is not a T it is an error
 // made of mismatch, which formats cmd, v and the T.
 func resultAs[T any](v any, err error, mismatch string, cmd fsm.Command) (T, error) {

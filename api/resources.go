@@ -13,18 +13,11 @@ func (s *Server) registerResource(c echo.Context) (wire.Resource, error) {
 	if err := decodeStrict(c, &req, false); err != nil {
 		return wire.Resource{}, err
 	}
-	id := identity(c)
 	cmd := fsm.RegisterResource{
-		Caller: id.Caller(), ID: req.ID, Kind: req.Kind, Name: req.Name, Machine: req.Machine,
+		Caller: identity(c).Caller(), ID: req.ID, Kind: req.Kind, Name: req.Name, Machine: req.Machine,
 		Endpoint: req.Endpoint, Attrs: req.Attrs, ObservedAt: req.ObservedAt, TTLMs: req.TTLMs,
 	}
-	if err := cmd.Validate(); err != nil {
-		return wire.Resource{}, err
-	}
-	if !id.coversMachine(req.Machine) {
-		return wire.Resource{}, forbidden("a token of machine " + id.Machine + " cannot register resources of " + req.Machine)
-	}
-	r, err := proposeAs[fsm.Resource](s, c, cmd)
+	r, err := proposeFor[fsm.Resource](s, c, cmd, req.Machine, "register resources of")
 	return wireResource(r), err
 }
 

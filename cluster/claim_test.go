@@ -33,24 +33,15 @@ type previousTerm struct {
 func (tc *testCluster) writePreviousTerm(li int) previousTerm {
 	tc.t.Helper()
 	leader := tc.nodes[li]
-	ctx := context.Background()
 	pt := previousTerm{term: leader.Raft().CurrentTerm(), leases: map[int]fsm.PortLease{}, resources: map[string]fsm.Resource{}}
 	for i, ttl := range []int64{60_000, 600_000, 3_600_000, 86_400_000} {
-		id := fmt.Sprintf("machine:m%d", i)
-		res, err := leader.Propose(ctx, fsm.RegisterResource{Caller: fsm.Caller{Owner: "o1"}, ID: id, Kind: "machine",
-			Name: fmt.Sprintf("m%d", i), Machine: fmt.Sprintf("m%d", i), TTLMs: ttl})
-		if err != nil {
-			tc.t.Fatalf("Propose(register %s) error = %v", id, err)
-		}
-		pt.resources[id] = res.Value.(fsm.Resource)
+		res := mustPropose(tc.t, leader, register(fmt.Sprintf("m%d", i), ttl))
+		r := res.Value.(fsm.Resource)
+		pt.resources[r.ID] = r
 		pt.lastIndex = max(pt.lastIndex, res.Index)
 	}
 	for i, ttl := range []int64{60_000, 300_000, 3_600_000, 86_400_000} {
-		cmd := acquire(fmt.Sprintf("o%d", i), ttl)
-		res, err := leader.Propose(ctx, cmd)
-		if err != nil {
-			tc.t.Fatalf("Propose(acquire for %s) error = %v", cmd.Caller.Owner, err)
-		}
+		res := mustPropose(tc.t, leader, acquire(fmt.Sprintf("o%d", i), ttl))
 		l := res.Value.(fsm.PortLease)
 		pt.leases[l.Port] = l
 		pt.lastIndex = max(pt.lastIndex, res.Index)
@@ -301,10 +292,7 @@ func TestNode_ClaimFollowsThePreviousTerm(t *testing.T) {
 	}
 
 	// The first write the new leader accepts lands after its claim.
-	res, err := next.Propose(context.Background(), acquire("after-claim", 60_000))
-	if err != nil {
-		t.Fatalf("Propose() on the new leader error = %v", err)
-	}
+	res := mustPropose(t, next, acquire("after-claim", 60_000))
 	if res.Index <= p.Index {
 		t.Fatalf("first write after the claim has index %d, want above the claim's %d", res.Index, p.Index)
 	}

@@ -311,8 +311,7 @@ func TestFastFailover_DeadLeaderProcessTLS(t *testing.T) {
 // heartbeat timeout.
 func TestFastFailover_UnreachableLeaderIsNotHurried(t *testing.T) {
 	tc, _ := newTCPCluster(t)
-	leader := tc.readyLeader()
-	dead := tc.nodes[leader]
+	leader, dead := tc.leader()
 
 	// The leader's address keeps accepting: a listener takes it over
 	// before the connections close, and holds what it accepts.

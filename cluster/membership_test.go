@@ -66,9 +66,7 @@ func TestNode_AddPeer_PromotesOnceCaughtUp(t *testing.T) {
 	leader := tc.nodes[li]
 	ctx := context.Background()
 	for i := range 10 {
-		if _, err := leader.Propose(ctx, acquire("o"+string(rune('a'+i)), 60_000)); err != nil {
-			t.Fatalf("Propose(acquire) error = %v", err)
-		}
+		mustPropose(t, leader, acquire("o"+string(rune('a'+i)), 60_000))
 	}
 
 	di, spec := tc.addWaiting("node-d", p)

@@ -10,11 +10,6 @@ import (
 	"github.com/elanous/elanous-node/internal/testutil"
 )
 
-func acquire(owner string, ttl int64) fsm.AcquireLease {
-	return fsm.AcquireLease{Caller: fsm.Caller{Owner: owner}, LeaseID: "lease-" + owner, Machine: "m1",
-		Purpose: "test", TTLMs: ttl, BandStart: 31450, BandEnd: 31499}
-}
-
 func TestNode_ElectionClaimsPrimary(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
 	li, leader := tc.leader()
@@ -114,8 +109,7 @@ func TestNode_FailoverKeepsLeasesAndDeposedSweepNeverCommits(t *testing.T) {
 			tc := newTestCluster(t, 3, func(i int, c *Config) {
 				c.WallClock = func() time.Time { return time.Now().Add(time.Duration(i) * skew) }
 			})
-			li := tc.readyLeader()
-			old := tc.nodes[li]
+			li, old := tc.leader()
 			granted := mustPropose(t, old, acquire("o1", 30_000)).Value.(fsm.PortLease)
 			for _, n := range tc.nodes {
 				testutil.WaitFor(t, "lease replicated", 5*time.Second, func() bool { _, ok := n.FSM().Lease(31450); return ok })

@@ -36,18 +36,11 @@ func TestRecover_LostQuorum(t *testing.T) {
 	li := tc.readyLeader()
 	tc.waitDirectory("node-a", "node-b", "node-c")
 	leader := tc.nodes[li]
-	ctx := context.Background()
 	var leases []fsm.PortLease
 	for _, owner := range []string{"o1", "o2", "o3"} {
-		res, err := leader.Propose(ctx, acquire(owner, 3_600_000))
-		if err != nil {
-			t.Fatalf("Propose(acquire) error = %v", err)
-		}
-		leases = append(leases, res.Value.(fsm.PortLease))
+		leases = append(leases, mustPropose(t, leader, acquire(owner, 3_600_000)).Value.(fsm.PortLease))
 	}
-	if _, err := leader.Propose(ctx, fsm.IssueToken{Machine: "m1", SHA256: strings.Repeat("ab", 32)}); err != nil {
-		t.Fatalf("Propose(issue token) error = %v", err)
-	}
+	mustPropose(t, leader, fsm.IssueToken{Machine: "m1", SHA256: strings.Repeat("ab", 32)})
 	// Every node applied the same state.
 	target := leader.FSM().AppliedIndex()
 	for _, n := range tc.nodes {

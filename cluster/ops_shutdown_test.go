@@ -18,8 +18,7 @@ func TestNode_CloseHandsOverLeadership(t *testing.T) {
 	tc := newTestCluster(t, 3, func(_ int, c *Config) {
 		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 250*time.Millisecond
 	})
-	li := tc.readyLeader()
-	old := tc.nodes[li]
+	li, old := tc.leader()
 	term := old.Raft().CurrentTerm()
 
 	// Every vote request the other nodes receive from now on.

@@ -33,21 +33,6 @@ func fileSnapshots(t *testing.T, more func(i int, c *Config)) func(int, *Config)
 	}
 }
 
-// register is a machine registration by owner o1 with ttl ms.
-func register(name string, ttl int64) fsm.RegisterResource {
-	return fsm.RegisterResource{Caller: fsm.Caller{Owner: "o1"}, ID: "machine:" + name, Kind: "machine", Name: name, Machine: name, TTLMs: ttl}
-}
-
-// mustPropose proposes cmd on n and fails the test on an error.
-func mustPropose(t *testing.T, n *Node, cmd fsm.Command) Applied {
-	t.Helper()
-	res, err := n.Propose(context.Background(), cmd)
-	if err != nil {
-		t.Fatalf("Propose(%T) error = %v", cmd, err)
-	}
-	return res
-}
-
 // backupOf saves n's state as a backup document would hold it.
 func backupOf(t *testing.T, n *Node) (Backup, []byte) {
 	t.Helper()

@@ -24,8 +24,7 @@ import (
 // just before the cut may still be answered.
 func TestNode_ReadIndexOnAPartitionedLeader(t *testing.T) {
 	tc := newTestCluster(t, 3, slowTimeouts(500*time.Millisecond, 500*time.Millisecond))
-	li := tc.readyLeader()
-	old := tc.nodes[li]
+	li, old := tc.leader()
 	if err := old.ReadIndex(context.Background()); err != nil {
 		t.Fatalf("ReadIndex() on the connected leader error = %v", err)
 	}
@@ -41,11 +40,7 @@ func TestNode_ReadIndexOnAPartitionedLeader(t *testing.T) {
 
 	ni := tc.readyLeader(li)
 	next := tc.nodes[ni]
-	res, err := next.Propose(context.Background(), fsm.RegisterResource{Caller: fsm.Caller{Owner: "o1"},
-		ID: "machine:fresh", Kind: "machine", Name: "fresh", Machine: "fresh", TTLMs: 60_000})
-	if err != nil {
-		t.Fatalf("Propose() on the new leader error = %v", err)
-	}
+	res := mustPropose(t, next, register("fresh", 60_000))
 	if err := old.ReadIndex(ctx); !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrNoLeader) {
 		t.Fatalf("ReadIndex() on the cut-off node after the majority's write error = %v, want ErrNotLeader or ErrNoLeader", err)
 	}
@@ -77,8 +72,7 @@ func TestNode_ReadIndexOnAPartitionedLeader(t *testing.T) {
 // leader that can reach its quorum is answered.
 func TestNode_PrecheckClockSkewDeposedLeaderRefusesNothing(t *testing.T) {
 	tc := newTestCluster(t, 3, slowTimeouts(500*time.Millisecond, 500*time.Millisecond))
-	li := tc.readyLeader()
-	old := tc.nodes[li]
+	li, old := tc.leader()
 	unknown := fsm.HeartbeatResource{Caller: fsm.Caller{Owner: "o1"}, ID: "machine:nobody"}
 	if err := old.Precheck(context.Background(), unknown); !errors.Is(err, fsm.ErrNotFound) {
 		t.Fatalf("Precheck(heartbeat of an unknown id) on the connected leader = %v, want %v", err, fsm.ErrNotFound)

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -23,28 +22,18 @@ func TestNode_DeposedLeaderSweepsNeverCommit(t *testing.T) {
 		slowTimeouts(time.Second, time.Second)(i, c)
 		c.Grace = grace
 	})
-	li := tc.readyLeader()
-	old := tc.nodes[li]
-	ctx := context.Background()
+	li, old := tc.leader()
 
 	// Records due 300 ms from now, well within the lease the leader keeps
 	// after it is cut off.
 	var last uint64
 	leases := map[int]string{}
 	for i := range 3 {
-		res, err := old.Propose(ctx, acquire(fmt.Sprintf("o%d", i), 300))
-		if err != nil {
-			t.Fatalf("Propose(acquire) error = %v", err)
-		}
+		res := mustPropose(t, old, acquire(fmt.Sprintf("o%d", i), 300))
 		l := res.Value.(fsm.PortLease)
 		leases[l.Port], last = l.LeaseID, res.Index
 	}
-	res, err := old.Propose(ctx, fsm.RegisterResource{Caller: fsm.Caller{Owner: "o1"}, ID: "machine:m1", Kind: "machine",
-		Name: "m1", Machine: "m1", TTLMs: 300})
-	if err != nil {
-		t.Fatalf("Propose(register) error = %v", err)
-	}
-	last = res.Index
+	last = mustPropose(t, old, register("m1", 300)).Index
 	tc.isolate(li)
 
 	holdsAll := func(n *Node) error {
@@ -93,10 +82,7 @@ func TestNode_DeposedLeaderSweepsNeverCommit(t *testing.T) {
 		return ok && leader.Machine == next.ID() && old.FSM().AppliedIndex() >= p.Index
 	})
 	// One committed write after the heal: every node applies it on one history.
-	res, err = next.Propose(ctx, acquire("after-heal", 60_000))
-	if err != nil {
-		t.Fatalf("Propose() after the heal error = %v", err)
-	}
+	res := mustPropose(t, next, acquire("after-heal", 60_000))
 	for _, n := range tc.nodes {
 		testutil.WaitFor(t, n.ID()+" to apply the write after the heal", 10*time.Second, func() bool {
 			return n.FSM().AppliedIndex() >= res.Index

@@ -77,6 +77,27 @@ func newTestCluster(t *testing.T, n int, tweak func(i int, c *Config)) *testClus
 	return tc
 }
 
+// register is a machine registration by owner o1 with ttl ms.
+func register(name string, ttl int64) fsm.RegisterResource {
+	return fsm.RegisterResource{Caller: fsm.Caller{Owner: "o1"}, ID: "machine:" + name, Kind: "machine", Name: name, Machine: name, TTLMs: ttl}
+}
+
+// acquire is a port lease for owner on machine m1 with ttl ms.
+func acquire(owner string, ttl int64) fsm.AcquireLease {
+	return fsm.AcquireLease{Caller: fsm.Caller{Owner: owner}, LeaseID: "lease-" + owner, Machine: "m1",
+		Purpose: "test", TTLMs: ttl, BandStart: 31450, BandEnd: 31499}
+}
+
+// mustPropose proposes cmd on n and fails the test on an error.
+func mustPropose(t *testing.T, n *Node, cmd fsm.Command) Applied {
+	t.Helper()
+	res, err := n.Propose(context.Background(), cmd)
+	if err != nil {
+		t.Fatalf("Propose(%T) error = %v", cmd, err)
+	}
+	return res
+}
+
 // proposeOnLeader proposes cmd to whichever node leads, again on the next
 // leader when leadership moved before the entry was taken (ErrNotLeader,
 // ErrNoLeader, ErrNotReady: surely not applied), for up to 10 s.

@@ -131,9 +131,7 @@ func TestTLSTransport_ClusterReplicates(t *testing.T) {
 	tc := newTLSCluster(t, 200*time.Millisecond)
 	leader := tc.readyLeader()
 	cmd := fsm.IssueToken{Machine: "mbp", SHA256: strings.Repeat("ab", 32)}
-	if _, err := tc.nodes[leader].Propose(context.Background(), cmd); err != nil {
-		t.Fatalf("Propose() error = %v", err)
-	}
+	mustPropose(t, tc.nodes[leader], cmd)
 	testutil.WaitFor(t, "the token on every node", 10*time.Second, func() bool {
 		for _, n := range tc.nodes {
 			if len(n.FSM().Tokens()) != 1 {

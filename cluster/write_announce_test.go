@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -22,11 +21,7 @@ func TestAnnounceCommit_TellsTheFollower(t *testing.T) {
 	li, leader := tc.leader()
 	fi := (li + 1) % 3
 	follower := tc.nodes[fi]
-	res, err := leader.Propose(context.Background(), fsm.RegisterResource{Caller: fsm.Caller{Owner: "o1"},
-		ID: "machine:m1", Kind: "machine", Name: "m1", Machine: "m1", TTLMs: 60_000})
-	if err != nil {
-		t.Fatalf("Propose(register) error = %v", err)
-	}
+	res := mustPropose(t, leader, register("m1", 60_000))
 	// The follower holds the entry (it may not know it is committed).
 	testutil.WaitFor(t, "the follower holds the entry", 5*time.Second, func() bool {
 		return follower.Raft().LastIndex() >= res.Index
@@ -61,10 +56,7 @@ func TestAnnounceCommit_FallsBackToABarrier(t *testing.T) {
 		leader = tc.nodes[li]
 		fi := (li + 1) % 3
 		tc.waitFormat(li, fsm.MaxFormat)
-		if _, err := leader.Propose(context.Background(), fsm.RegisterResource{Caller: fsm.Caller{Owner: "o1"},
-			ID: "machine:m1", Kind: "machine", Name: "m1", Machine: "m1", TTLMs: 60_000}); err != nil {
-			t.Fatalf("Propose(register) error = %v", err)
-		}
+		mustPropose(t, leader, register("m1", 60_000))
 		tc.isolate(fi)
 		barriers, told = leader.Announcements(), leader.DirectAnnouncements()
 		term, before := leader.Raft().CurrentTerm(), leader.Raft().LastIndex()

@@ -18,16 +18,10 @@ func TestNode_Precheck(t *testing.T) {
 	tc := newTestCluster(t, 3, func(_ int, c *Config) { c.SweepInterval = time.Hour })
 	li, leader := tc.leader()
 	testutil.WaitFor(t, "format level 2", 5*time.Second, func() bool { return leader.FSM().Format() >= 2 })
-	ctx := context.Background()
 	caller := fsm.Caller{Owner: "o1"}
 	const m2sum = "2222222222222222222222222222222222222222222222222222222222222222"
-	if _, err := leader.Propose(ctx, fsm.IssueToken{Machine: "m2", SHA256: m2sum}); err != nil {
-		t.Fatalf("Propose(issue token) error = %v", err)
-	}
-	if _, err := leader.Propose(ctx, fsm.RegisterResource{Caller: caller, ID: "machine:m1", Kind: "machine",
-		Name: "m1", Machine: "m1", TTLMs: 60_000}); err != nil {
-		t.Fatalf("Propose(register) error = %v", err)
-	}
+	mustPropose(t, leader, fsm.IssueToken{Machine: "m2", SHA256: m2sum})
+	mustPropose(t, leader, register("m1", 60_000))
 	follower := tc.nodes[(li+1)%3]
 	testutil.WaitFor(t, "the follower applied the register", 5*time.Second, func() bool {
 		_, ok := follower.FSM().Resource("machine:m1")
@@ -67,10 +61,7 @@ func TestNode_Precheck(t *testing.T) {
 func TestNode_Lagging(t *testing.T) {
 	tc := newTestCluster(t, 3, func(_ int, c *Config) { c.SweepInterval = time.Hour })
 	_, leader := tc.leader()
-	if _, err := leader.Propose(context.Background(), fsm.RegisterResource{Caller: fsm.Caller{Owner: "o1"},
-		ID: "machine:m1", Kind: "machine", Name: "m1", Machine: "m1", TTLMs: 60_000}); err != nil {
-		t.Fatalf("Propose(register) error = %v", err)
-	}
+	mustPropose(t, leader, register("m1", 60_000))
 	before := leader.Raft().LastIndex()
 	leader.announceBarrier()
 	testutil.WaitFor(t, "the barrier entry", 5*time.Second, func() bool { return leader.Raft().LastIndex() > before })
