@@ -207,7 +207,6 @@ func (a *applier) claim(c ClaimPrimary) any {
 	}
 	a.st.rebuildIndexes()
 	a.st.primary = Primary{Holder: c.Holder, Generation: a.term, ClaimedAt: c.Now, Index: a.index}
-	a.touched[TablePrimary] = true
 	a.emit(Event{Topic: TopicPrimary, Primary: &PrimaryEvent{Primary: a.st.primary, FromNow: last, GraceMs: c.GraceMs}})
 	a.addTimeline(TimelineEntry{Kind: TimelinePrimary, Generation: a.term, Holder: c.Holder})
 	return a.st.primary
@@ -246,7 +245,6 @@ func (a *applier) register(c RegisterResource) any {
 		RegisteredAt: registeredAt, RenewedAt: a.now, ExpiresAt: a.now + c.TTLMs, Revision: a.index,
 	}, attrs)
 	a.st.putResource(r)
-	a.touched[TableResources] = true
 	a.emitResource(r)
 	return r.resource()
 }
@@ -324,7 +322,6 @@ func (a *applier) heartbeat(c HeartbeatResource) any {
 	r.expiresAt = a.renewedExpiry(r.expiresAt, r.ttlMs, c.SlackMs)
 	r.revision = a.index
 	a.st.putResource(r)
-	a.touched[TableResources] = true
 	a.emitResource(r)
 	return r.resource()
 }
@@ -337,7 +334,6 @@ func (a *applier) deleteResource(c DeleteResource) any {
 		return err
 	}
 	a.st.deleteResource(c.ID)
-	a.touched[TableResources] = true
 	a.emit(Event{Topic: TopicResources, Op: OpDelete, ID: c.ID, Reason: ReasonDeleted})
 	return nil
 }
@@ -399,7 +395,6 @@ func (a *applier) acquire(c AcquireLease) any {
 			}
 		}
 	}
-	a.touched[TableLeases] = true
 	a.emitLease(l)
 	return l
 }
@@ -419,7 +414,6 @@ func (a *applier) replayed(l PortLease) PortLease {
 	l.RenewedAt = a.now
 	l.ExpiresAt = a.renewedExpiry(l.ExpiresAt, l.TTLMs, 0)
 	a.st.putLease(l)
-	a.touched[TableLeases] = true
 	a.emitLease(l)
 	return l
 }
@@ -509,7 +503,6 @@ func (a *applier) renew(c RenewLease) any {
 	l.RenewedAt = a.now
 	l.ExpiresAt = a.renewedExpiry(l.ExpiresAt, l.TTLMs, c.SlackMs)
 	a.st.putLease(l)
-	a.touched[TableLeases] = true
 	a.emitLease(l)
 	return l
 }
@@ -519,7 +512,6 @@ func (a *applier) release(c ReleaseLease) any {
 		return err
 	}
 	a.st.deleteLease(c.Port)
-	a.touched[TableLeases] = true
 	a.emit(Event{Topic: TopicLeases, Op: OpDelete, Port: c.Port, Reason: ReasonReleased})
 	return nil
 }
@@ -537,7 +529,6 @@ func (a *applier) issueToken(c IssueToken) any {
 		IssuedAt: time.UnixMilli(a.now).UTC().Format("2006-01-02T15:04:05.000Z"),
 	}
 	a.st.putToken(t)
-	a.touched[TableTokens] = true
 	a.emit(Event{Topic: TopicTokens, Op: OpPut, Machine: t.Machine, IssuedAt: t.IssuedAt})
 	return t
 }
@@ -547,7 +538,6 @@ func (a *applier) revokeToken(c RevokeToken) any {
 		return fmt.Errorf("token of machine %q: %w", c.Machine, ErrNotFound)
 	}
 	a.st.deleteToken(c.Machine)
-	a.touched[TableTokens] = true
 	a.emit(Event{Topic: TopicTokens, Op: OpDelete, Machine: c.Machine})
 	return nil
 }
@@ -559,13 +549,11 @@ func (a *applier) sweep(Sweep) any {
 	for _, id := range a.st.dueResources(a.now) {
 		a.st.deleteResource(id)
 		res.Resources = append(res.Resources, id)
-		a.touched[TableResources] = true
 		a.emit(Event{Topic: TopicResources, Op: OpDelete, ID: id, Reason: ReasonExpired})
 	}
 	for _, e := range due(a.st.leaseExpiry, a.now) {
 		a.st.deleteLease(e.port)
 		res.Leases = append(res.Leases, e.port)
-		a.touched[TableLeases] = true
 		a.emit(Event{Topic: TopicLeases, Op: OpDelete, Port: e.port, Reason: ReasonExpired})
 	}
 	for _, e := range due(a.st.idemExpiry, a.now) {
@@ -592,7 +580,6 @@ func (a *applier) putCandidate(c PutCandidate) any {
 		cand.AddedAt = a.now
 	}
 	a.st.candidates[cand.Machine] = cand
-	a.touched[TableCandidates] = true
 	a.emit(Event{Topic: TopicCandidates, Op: OpPut, Machine: cand.Machine, Candidate: &cand})
 	if kind := candidateChange(old, exists, cand); kind != "" {
 		a.addTimeline(TimelineEntry{Kind: kind, Machine: cand.Machine, Voter: cand.Voter})
@@ -624,7 +611,6 @@ func (a *applier) removeCandidate(c RemoveCandidate) any {
 		return fmt.Errorf("candidate %q: %w", c.Machine, ErrNotFound)
 	}
 	delete(a.st.candidates, c.Machine)
-	a.touched[TableCandidates] = true
 	a.emit(Event{Topic: TopicCandidates, Op: OpDelete, Machine: c.Machine})
 	a.addTimeline(TimelineEntry{Kind: TimelineCandidateRemoved, Machine: c.Machine})
 	return nil

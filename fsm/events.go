@@ -224,10 +224,24 @@ func (f *FSM) SetEventRing(capacity int) {
 	f.ring.floor = floor
 }
 
-// emit records an event of the command being applied.
+// emit records an event of the command being applied, and that the table
+// its topic belongs to changed (its watchers wake).
 func (a *applier) emit(e Event) {
 	e.Index, e.Time = a.index, a.now
 	a.events = append(a.events, e)
+	if t, ok := topicTables[e.Topic]; ok {
+		a.touched[t] = true
+	}
+}
+
+// topicTables maps each topic that belongs to a table to that table; the
+// limits and the timeline are in none.
+var topicTables = map[Topic]Table{
+	TopicResources:  TableResources,
+	TopicLeases:     TableLeases,
+	TopicTokens:     TableTokens,
+	TopicPrimary:    TablePrimary,
+	TopicCandidates: TableCandidates,
 }
 
 // emitResource records a resource's put; the event holds the stored record,
