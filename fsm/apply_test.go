@@ -166,6 +166,22 @@ func TestFSM_ApplyRegisterResource(t *testing.T) {
 	runApplyCases(t, cases)
 }
 
+// resourceRefusals are the refusals every command on one resource shares,
+// cmd being the command at t0 by caller c on id: an unknown id, a machine
+// token of another machine, an empty id.
+func resourceRefusals(cmd func(c Caller, id string) Command) []applyCase {
+	return []applyCase{
+		{name: "unknown id", cmd: constant(cmd(memberCaller, "machine:nope")), wantErr: []error{ErrNotFound}},
+		{
+			name:    "machine token of another machine",
+			setup:   func(h *harness) { h.mustApply(registerCmd(t0, memberCaller, "machine:mbp", "mbp")) },
+			cmd:     constant(cmd(studioCaller, "machine:mbp")),
+			wantErr: []error{ErrForbidden},
+		},
+		{name: "empty id", cmd: constant(cmd(memberCaller, "")), wantErr: []error{ErrInvalidCommand}},
+	}
+}
+
 func TestFSM_ApplyHeartbeatResource(t *testing.T) {
 	registered := func(h *harness) {
 		c := registerCmd(t0, memberCaller, "machine:mbp", "mbp")
@@ -210,11 +226,6 @@ func TestFSM_ApplyHeartbeatResource(t *testing.T) {
 			},
 		},
 		{
-			name:    "unknown id",
-			cmd:     constant(HeartbeatResource{Header: Header{Now: t0}, Caller: memberCaller, ID: "machine:nope"}),
-			wantErr: []error{ErrNotFound},
-		},
-		{
 			name:    "expiresAt equal to now",
 			setup:   short,
 			cmd:     constant(HeartbeatResource{Header: Header{Now: t0 + 1000}, Caller: memberCaller, ID: "machine:mbp"}),
@@ -225,12 +236,6 @@ func TestFSM_ApplyHeartbeatResource(t *testing.T) {
 			setup:   short,
 			cmd:     constant(HeartbeatResource{Header: Header{Now: t0 + 5000}, Caller: memberCaller, ID: "machine:mbp"}),
 			wantErr: []error{ErrNotFound},
-		},
-		{
-			name:    "machine token of another machine",
-			setup:   registered,
-			cmd:     constant(HeartbeatResource{Header: Header{Now: t0}, Caller: studioCaller, ID: "machine:mbp"}),
-			wantErr: []error{ErrForbidden},
 		},
 		{
 			name: "merged attrs over 16 KiB",
@@ -248,13 +253,10 @@ func TestFSM_ApplyHeartbeatResource(t *testing.T) {
 			cmd:     constant(HeartbeatResource{Header: Header{Now: t0}, Caller: memberCaller, ID: "machine:mbp", Attrs: bigAttrs("b", wire.MaxAttrsBytes+1)}),
 			wantErr: []error{ErrInvalidCommand},
 		},
-		{
-			name:    "empty id",
-			cmd:     constant(HeartbeatResource{Header: Header{Now: t0}, Caller: memberCaller}),
-			wantErr: []error{ErrInvalidCommand},
-		},
 	}
-	runApplyCases(t, cases)
+	runApplyCases(t, append(cases, resourceRefusals(func(c Caller, id string) Command {
+		return HeartbeatResource{Header: Header{Now: t0}, Caller: c, ID: id}
+	})...))
 }
 
 // A heartbeat builds a new attrs map: a record handed out earlier (or held by
@@ -294,11 +296,6 @@ func TestFSM_ApplyDeleteResource(t *testing.T) {
 			cmd:   constant(DeleteResource{Header: Header{Now: t0}, Caller: mbpCaller, ID: "machine:mbp"}),
 		},
 		{
-			name:    "unknown id",
-			cmd:     constant(DeleteResource{Header: Header{Now: t0}, Caller: memberCaller, ID: "machine:nope"}),
-			wantErr: []error{ErrNotFound},
-		},
-		{
 			name: "expired",
 			setup: func(h *harness) {
 				registerMbp(h, 1)
@@ -307,23 +304,14 @@ func TestFSM_ApplyDeleteResource(t *testing.T) {
 			wantErr: []error{ErrNotFound},
 		},
 		{
-			name:    "machine token of another machine",
-			setup:   registered,
-			cmd:     constant(DeleteResource{Header: Header{Now: t0}, Caller: studioCaller, ID: "machine:mbp"}),
-			wantErr: []error{ErrForbidden},
-		},
-		{
-			name:    "empty id",
-			cmd:     constant(DeleteResource{Header: Header{Now: t0}, Caller: memberCaller}),
-			wantErr: []error{ErrInvalidCommand},
-		},
-		{
 			name:    "id with control char",
 			cmd:     constant(DeleteResource{Header: Header{Now: t0}, Caller: memberCaller, ID: "machine:\x00"}),
 			wantErr: []error{ErrInvalidCommand},
 		},
 	}
-	runApplyCases(t, cases)
+	runApplyCases(t, append(cases, resourceRefusals(func(c Caller, id string) Command {
+		return DeleteResource{Header: Header{Now: t0}, Caller: c, ID: id}
+	})...))
 }
 
 func TestFSM_ApplyIssueToken(t *testing.T) {
