@@ -92,8 +92,7 @@ func FuzzFSM_Batch(f *testing.F) {
 		}
 
 		// Replica a applies the batch as one entry.
-		a := newHarness(t)
-		baselineAt(a, format)
+		a := atFormat(t, format)
 		before := capture(a.f)
 		index := a.index + 1
 		entry := &raft.Log{Index: index, Term: a.term, Type: raft.LogCommand, Data: encoded}
@@ -107,8 +106,7 @@ func FuzzFSM_Batch(f *testing.F) {
 		checkIndexes(t, a.f, "after the batch")
 
 		// Replica b applies the items one by one at the same term and index.
-		b := newHarness(t)
-		baselineAt(b, format)
+		b := atFormat(t, format)
 		apply := func(data []byte) any {
 			return b.f.Apply(&raft.Log{Index: index, Term: b.term, Type: raft.LogCommand, Data: data})
 		}

@@ -62,7 +62,7 @@ func briefs(evs []Event) []string {
 }
 
 func TestFSM_EventsOfEveryChange(t *testing.T) {
-	h := format2(t) // indexes 1-4 the baseline, 5 the format
+	h := atFormat(t, 2) // indexes 1-4 the baseline, 5 the format
 	start := h.f.AppliedIndex()
 	reg := registerCmd(t0+1, memberCaller, "machine:mbp", "mbp")
 	h.mustApply(reg)                                                                                     // 6

@@ -9,20 +9,12 @@ import (
 	"testing"
 )
 
-// format2 returns a harness at format level 2 holding the baseline.
-func format2(t *testing.T) *harness {
-	t.Helper()
-	h := newBaseline(t)
-	h.mustApply(SetFormat{Header: Header{Now: t0}, Level: 2})
-	return h
-}
-
-// format2Mbp is format2 with a token of machine mbp issued (tokenSumOne),
+// format2Mbp is atFormat(t, 2) with a token of machine mbp issued (tokenSumOne),
 // its machine registered and a lease (lease-mbp) acquired through it; it
 // returns the token's caller and the lease.
 func format2Mbp(t *testing.T) (*harness, Caller, PortLease) {
 	t.Helper()
-	h := format2(t)
+	h := atFormat(t, 2)
 	h.mustApply(IssueToken{Header: Header{Now: t0}, Machine: "mbp", SHA256: tokenSumOne})
 	mbp := tokenCaller("d000000000000000", "mbp", tokenSumOne)
 	h.mustApply(registerCmd(t0, mbp, "machine:mbp", "mbp"))
@@ -37,7 +29,7 @@ func tokenCaller(owner, machine, sum string) Caller {
 
 func TestFSM_Format2Quotas(t *testing.T) {
 	t.Run("resources per machine", func(t *testing.T) {
-		h := format2(t)
+		h := atFormat(t, 2)
 		h.mustApply(SetLimits{Header: Header{Now: t0}, Limits: Limits{ResourcesPerMachine: 2}})
 		h.mustApply(registerCmd(t0, memberCaller, "machine:mbp", "mbp"))
 		inst := registerCmd(t0, memberCaller, "instance:mbp/1", "mbp")
@@ -58,7 +50,7 @@ func TestFSM_Format2Quotas(t *testing.T) {
 		h.mustApply(third)
 	})
 	t.Run("resources in the cluster", func(t *testing.T) {
-		h := format2(t)
+		h := atFormat(t, 2)
 		h.mustApply(SetLimits{Header: Header{Now: t0}, Limits: Limits{Resources: 3}}) // the baseline holds one
 		h.mustApply(registerCmd(t0, memberCaller, "machine:a", "a"))
 		h.mustApply(registerCmd(t0, memberCaller, "machine:b", "b"))
@@ -68,7 +60,7 @@ func TestFSM_Format2Quotas(t *testing.T) {
 		h.mustApply(registerCmd(t0+1, memberCaller, "machine:a", "a")) // an upsert still works
 	})
 	t.Run("leases per machine, a quarter of the band by default", func(t *testing.T) {
-		h := format2(t)
+		h := atFormat(t, 2)
 		limit := (bandHigh - bandLow + 1) / 4
 		for i := range limit - 1 { // the baseline holds one lease of mbp
 
@@ -89,7 +81,7 @@ func TestFSM_Format2Quotas(t *testing.T) {
 		}
 	})
 	t.Run("idempotency keys are bounded, oldest first", func(t *testing.T) {
-		h := format2(t)
+		h := atFormat(t, 2)
 		h.mustApply(SetLimits{Header: Header{Now: t0}, Limits: Limits{IdempotencyKeys: 2}})
 		for i := range 3 {
 			a := acquireCmd(t0+int64(i), Caller{Owner: fmt.Sprintf("o%d", i)}, fmt.Sprintf("lease-%d", i))
@@ -112,7 +104,7 @@ func TestFSM_Format2Quotas(t *testing.T) {
 }
 
 func TestFSM_Format2MachineIDs(t *testing.T) {
-	h := format2(t)
+	h := atFormat(t, 2)
 	squat := registerCmd(t0, memberCaller, "machine:studio", "mbp")
 	if err, _ := h.apply(squat).(error); !errors.Is(err, ErrInvalidCommand) {
 		t.Errorf("Apply(machine:studio for mbp) = %v, want %v", err, ErrInvalidCommand)
@@ -160,7 +152,7 @@ func TestFSM_Format2RevokedTokenBites(t *testing.T) {
 }
 
 func TestFSM_CandidateDirectory(t *testing.T) {
-	h := format2(t)
+	h := atFormat(t, 2)
 	d := Candidate{Machine: "node-d", URL: "https://10.0.0.4:31413", Raft: "10.0.0.4:31412"}
 	got := mustResult[Candidate](h, PutCandidate{Header: Header{Now: t0 + 5}, Candidate: d})
 	if got.AddedAt != t0+5 {
@@ -206,7 +198,7 @@ func TestFSM_CandidateDirectory(t *testing.T) {
 func TestFSM_Format2Replay(t *testing.T) {
 	limits := Limits{ResourcesPerMachine: 3, Resources: 8, LeasesPerMachine: 2, IdempotencyKeys: 3}
 	setup := func() *harness {
-		h := format2(t) // the baseline holds machine:base, mbp's lease on 31450 and the key idem-base
+		h := atFormat(t, 2) // the baseline holds machine:base, mbp's lease on 31450 and the key idem-base
 		h.mustApply(SetLimits{Header: Header{Now: t0}, Limits: limits})
 		h.mustApply(IssueToken{Header: Header{Now: t0}, Machine: "mbp", SHA256: tokenSumOne})
 		return h
@@ -404,7 +396,7 @@ func TestFSM_Format2IdempotentReplayRenews(t *testing.T) {
 			name = "after the key's retention, found by the lease's own key"
 		}
 		t.Run(name, func(t *testing.T) {
-			h := format2(t)
+			h := atFormat(t, 2)
 			first := acquireCmd(t0, memberCaller, "lease-first")
 			first.TTLMs, first.IdempotencyKey = 2*IdempotencyRetentionMs, "idem-retry"
 			granted := h.mustApply(first).(PortLease)

@@ -96,21 +96,12 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
-// baselineAt gives h the baseline and raises it to format (1 or 2).
-func baselineAt(h *harness, format int) {
-	h.baseline()
-	if format > 1 {
-		h.mustApply(SetFormat{Header: Header{Now: t0}, Level: format})
-	}
-}
-
 // checkApply applies data, which Decode returned cmd, ok and err for, to the
 // baseline at format level format, and checks the outcome the log format
 // promises (see FuzzDecode).
 func checkApply(t *testing.T, data []byte, cmd Command, ok bool, err error, format int) {
 	t.Helper()
-	h := newHarness(t)
-	baselineAt(h, format)
+	h := atFormat(t, format)
 	before := capture(h.f)
 	entry := h.rawEntry(data)
 	var res interface{}
@@ -157,8 +148,7 @@ func checkApply(t *testing.T, data []byte, cmd Command, ok bool, err error, form
 		assertUnchanged(t, h.f, before, now)
 	}
 	// Whatever happened, a second replica and a restored one agree.
-	other := newHarness(t)
-	baselineAt(other, format)
+	other := atFormat(t, format)
 	other.f.Apply(entry)
 	if a, b := h.f.Hash(), other.f.Hash(); a != b {
 		t.Fatalf("Hash() = %s and %s on two replicas", a, b)

@@ -102,6 +102,18 @@ func newBaseline(t testing.TB) *harness {
 	return h
 }
 
+// atFormat returns a harness holding the baseline, raised one level at a
+// time to format level (1: not raised). From TimelineFormat on, the
+// timeline starts with the baseline's claim.
+func atFormat(t testing.TB, level int) *harness {
+	t.Helper()
+	h := newBaseline(t)
+	for l := 2; l <= level; l++ {
+		h.mustApply(SetFormat{Header: Header{Now: t0}, Level: l})
+	}
+	return h
+}
+
 // baseline gives the FSM one of everything at t0: a claim, a resource, a
 // lease with an idempotency key and a token. Error cases start from it so
 // "unchanged" covers every table.

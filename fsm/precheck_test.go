@@ -53,7 +53,7 @@ func TestFSM_Precheck(t *testing.T) {
 // names another machine, is refused by Precheck as by Apply; one under the
 // quota passes both.
 func TestFSM_PrecheckQuotas(t *testing.T) {
-	h := format2(t)
+	h := atFormat(t, 2)
 	h.mustApply(SetLimits{Header: Header{Now: t0}, Limits: Limits{ResourcesPerMachine: 1, LeasesPerMachine: 1}})
 	reg := registerCmd(t0, memberCaller, "machine:mbp", "mbp")
 	if err := h.f.Precheck(reg, t0); err != nil {

@@ -9,16 +9,6 @@ import (
 	"testing"
 )
 
-// format4 returns a harness at format level 4 holding the baseline; the
-// timeline starts with the baseline's claim.
-func format4(t *testing.T) *harness {
-	t.Helper()
-	h := format2(t)
-	h.mustApply(SetFormat{Header: Header{Now: t0}, Level: 3})
-	h.mustApply(SetFormat{Header: Header{Now: t0}, Level: TimelineFormat})
-	return h
-}
-
 func kinds(tl []TimelineEntry) []string {
 	out := make([]string, 0, len(tl))
 	for _, e := range tl {
@@ -34,7 +24,7 @@ func kinds(tl []TimelineEntry) []string {
 }
 
 func TestFSM_TimelineRecordsClaimsAndMembership(t *testing.T) {
-	h := format4(t)
+	h := atFormat(t, TimelineFormat)
 	// The level starts the timeline with the claim in force, at its index.
 	if tl := h.f.Timeline(); len(tl) != 1 || tl[0].Kind != TimelinePrimary || tl[0].Holder != "node-a" || tl[0].Index != 1 || tl[0].Time != t0 || tl[0].Generation != baseTerm {
 		t.Fatalf("timeline at the level = %+v, want the baseline's claim", tl)
@@ -94,7 +84,7 @@ func TestFSM_TimelineRecordsClaimsAndMembership(t *testing.T) {
 }
 
 func TestFSM_TimelineIsBounded(t *testing.T) {
-	h := format4(t)
+	h := atFormat(t, TimelineFormat)
 	for i := range TimelineMax + 5 {
 		h.term++
 		h.mustApply(ClaimPrimary{Header: Header{Now: t0 + int64(i)}, Holder: fmt.Sprintf("node-%d", i), GraceMs: 0})
@@ -116,7 +106,7 @@ func TestFSM_TimelineIsBounded(t *testing.T) {
 }
 
 func TestFSM_NoTimelineBelowFormat4(t *testing.T) {
-	h := format2(t)
+	h := atFormat(t, 2)
 	h.mustApply(SetFormat{Header: Header{Now: t0}, Level: 3})
 	h.term++
 	h.mustApply(ClaimPrimary{Header: Header{Now: t0 + 1}, Holder: "node-b", GraceMs: 0})
@@ -132,7 +122,7 @@ func TestFSM_NoTimelineBelowFormat4(t *testing.T) {
 // The timeline is replicated state: a replica restored from a snapshot, or
 // one that replayed the log, holds the same.
 func TestFSM_TimelineSurvivesSnapshots(t *testing.T) {
-	h := format4(t)
+	h := atFormat(t, TimelineFormat)
 	for i := range 3 {
 		h.term++
 		h.mustApply(ClaimPrimary{Header: Header{Now: t0 + int64(i)}, Holder: fmt.Sprintf("node-%d", i), GraceMs: 0})
@@ -190,7 +180,7 @@ func TestFSM_TimelineSurvivesSnapshots(t *testing.T) {
 }
 
 func TestFSM_TimelineRestoreRefuses(t *testing.T) {
-	h := format4(t)
+	h := atFormat(t, TimelineFormat)
 	h.term++
 	h.mustApply(ClaimPrimary{Header: Header{Now: t0 + 1}, Holder: "node-b", GraceMs: 0})
 	good := string(persist(t, h.f))
