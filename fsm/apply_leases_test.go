@@ -12,9 +12,7 @@ import (
 
 func TestFSM_ApplyAcquireLease(t *testing.T) {
 	invalid := func(name string, mutate func(*AcquireLease)) applyCase {
-		c := acquireCmd(t0, memberCaller, "lease-1")
-		mutate(&c)
-		return applyCase{name: name, cmd: constant(c), wantErr: []error{ErrInvalidPortLease, ErrInvalidCommand}}
+		return invalidCase(name, acquireCmd(t0, memberCaller, "lease-1"), mutate, ErrInvalidPortLease, ErrInvalidCommand)
 	}
 	port := func(want int) func(*testing.T, *harness, interface{}) {
 		return func(t *testing.T, h *harness, res interface{}) {

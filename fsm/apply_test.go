@@ -19,9 +19,7 @@ import (
 
 func TestFSM_ApplyRegisterResource(t *testing.T) {
 	invalid := func(name string, mutate func(*RegisterResource)) applyCase {
-		c := registerCmd(t0, memberCaller, "machine:mbp", "mbp")
-		mutate(&c)
-		return applyCase{name: name, cmd: constant(c), wantErr: []error{ErrInvalidCommand}}
+		return invalidCase(name, registerCmd(t0, memberCaller, "machine:mbp", "mbp"), mutate, ErrInvalidCommand)
 	}
 	cases := []applyCase{
 		{

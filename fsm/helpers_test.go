@@ -267,6 +267,13 @@ func constant(cmd Command) func(*harness) Command {
 	return func(*harness) Command { return cmd }
 }
 
+// invalidCase is the case name: base changed by mutate, which Apply refuses
+// with an error matching each of wantErr.
+func invalidCase[C Command](name string, base C, mutate func(*C), wantErr ...error) applyCase {
+	mutate(&base)
+	return applyCase{name: name, cmd: constant(base), wantErr: wantErr}
+}
+
 func isClosed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
