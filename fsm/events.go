@@ -229,19 +229,27 @@ func (f *FSM) SetEventRing(capacity int) {
 func (a *applier) emit(e Event) {
 	e.Index, e.Time = a.index, a.now
 	a.events = append(a.events, e)
-	if t, ok := topicTables[e.Topic]; ok {
+	if t, ok := e.Topic.table(); ok {
 		a.touched[t] = true
 	}
 }
 
-// topicTables maps each topic that belongs to a table to that table; the
-// limits and the timeline are in none.
-var topicTables = map[Topic]Table{
-	TopicResources:  TableResources,
-	TopicLeases:     TableLeases,
-	TopicTokens:     TableTokens,
-	TopicPrimary:    TablePrimary,
-	TopicCandidates: TableCandidates,
+// table is the table a topic's events change; the limits and the timeline
+// belong to none.
+func (t Topic) table() (Table, bool) {
+	switch t {
+	case TopicResources:
+		return TableResources, true
+	case TopicLeases:
+		return TableLeases, true
+	case TopicTokens:
+		return TableTokens, true
+	case TopicPrimary:
+		return TablePrimary, true
+	case TopicCandidates:
+		return TableCandidates, true
+	}
+	return 0, false
 }
 
 // emitResource records a resource's put; the event holds the stored record,
